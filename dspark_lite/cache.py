@@ -1,0 +1,122 @@
+"""The trained-artifact cache (chapter 00).
+
+Artifacts (a tokenizer, a trained target, a drafter) are stored in folders named by a hash
+of the config that built them and of the source code of the modules that built them, so a
+change of either builds afresh. The folder is ``$DSPARK_CACHE`` or, inside a checkout of
+the book, ``<repo>/.cache/dspark`` (git-ignored); elsewhere ``~/.cache/dspark_lite``.
+
+A folder is written under a temporary name and renamed only when complete, with a
+MANIFEST.json of sha256 sums. A folder that fails its manifest, or fails to load, is
+reported with its path and the reason, then rebuilt: never half-loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable, TypeVar
+
+from . import __version__
+
+T = TypeVar("T")
+MANIFEST = "MANIFEST.json"
+ENV_VAR = "DSPARK_CACHE"
+
+
+class CorruptArtifact(RuntimeError):
+    """A cached artifact folder that does not match its manifest."""
+
+
+def cache_dir() -> Path:
+    """The cache root: $DSPARK_CACHE, else <repo>/.cache/dspark in a checkout, else ~/.cache."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "_toc.yml").exists():
+        return repo / ".cache" / "dspark"
+    return Path.home() / ".cache" / "dspark_lite"
+
+
+def artifact_key(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = ()) -> str:
+    """A short content hash of (kind, config, package version, source of `code` modules)."""
+    h = hashlib.sha256()
+    h.update(kind.encode())
+    h.update(json.dumps(config, sort_keys=True, default=str).encode())
+    h.update(__version__.encode())
+    for module in code:
+        h.update(inspect.getsource(module).encode())
+    return h.hexdigest()[:16]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(folder: Path, config: dict[str, Any]) -> None:
+    """Record every file's sha256 (and the config) in folder/MANIFEST.json."""
+    files = {
+        str(p.relative_to(folder)): _sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(json.dumps({"config": config, "files": files}, indent=1, default=str))
+
+
+def verify_manifest(folder: Path) -> None:
+    """Raise CorruptArtifact naming the folder and what is wrong with it."""
+    manifest = folder / MANIFEST
+    if not manifest.exists():
+        raise CorruptArtifact(f"{folder}: no {MANIFEST} (an interrupted write?)")
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise CorruptArtifact(f"{manifest}: unreadable manifest ({exc})") from exc
+    for name, digest in files.items():
+        path = folder / name
+        if not path.exists():
+            raise CorruptArtifact(f"{path}: listed in the manifest but missing")
+        if _sha256(path) != digest:
+            raise CorruptArtifact(f"{path}: checksum differs from the manifest (corrupt file)")
+
+
+def load_or_build(
+    kind: str,
+    config: dict[str, Any],
+    build: Callable[[Path], None],
+    load: Callable[[Path], T],
+    code: Iterable[ModuleType] = (),
+    root: Path | None = None,
+) -> T:
+    """Load the artifact for (kind, config) from the cache, building it first if needed.
+
+    `build(folder)` writes the artifact's files into an empty folder; `load(folder)` reads
+    them back. A corrupt cached folder is reported (warning with path and reason) and rebuilt.
+    """
+    root = Path(root) if root is not None else cache_dir()
+    folder = root / f"{kind}-{artifact_key(kind, config, code)}"
+    if folder.exists():
+        try:
+            verify_manifest(folder)
+            return load(folder)
+        except Exception as exc:  # corrupt or unloadable: report, then rebuild
+            warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); rebuilding it", stacklevel=2)
+            shutil.rmtree(folder)
+    tmp = root / f".tmp-{folder.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        build(tmp)
+        write_manifest(tmp, config)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return load(folder)

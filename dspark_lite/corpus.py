@@ -1,0 +1,495 @@
+"""The toy world's corpus: three seeded domains of prompt/reply pairs (chapter 01).
+
+* math: word problems with worked, computed, step-by-step answers. Once the problem is
+  stated the answer path is nearly determined; the arithmetic results are the hard tokens.
+* code: small Python functions with a docstring and computed asserts, with variety in
+  names and implementation style.
+* chat: open-ended helpful replies with genuine branching: equally good phrasings
+  ("Of course" / "No problem"), dependencies that skip a word ("happy ... help",
+  "glad ... assist", where the verb depends on the adjective two tokens back) and spans of
+  high entropy (which tips, in which order) that no drafter can guess.
+
+The entropy of each domain is set by the knobs of `CorpusKnobs`. Randomness comes only from
+`random.Random.random()`, whose stream is fixed across Python versions and machines, so the
+same seed gives the same bytes everywhere (a test pins a hash).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import datasets
+
+DOMAINS: tuple[str, ...] = ("math", "code", "chat")
+SPLITS: tuple[str, ...] = ("train", "validation", "eval")
+
+
+@dataclass(frozen=True)
+class CorpusKnobs:
+    """The world's difficulty knobs. Chapter 03 turns them to reach the paper's regime.
+
+    math_max_number: operands are drawn from 2..math_max_number (bigger = harder arithmetic).
+    math_phrase_entropy: probability that a solution step uses a non-canonical phrasing.
+    code_style_entropy: probability that a name or implementation style is non-canonical.
+    chat_branching: how many equally good alternatives each chat phrase slot offers (1-5).
+    chat_skip_dependency: probability that the verb agrees with the adjective two words back.
+    chat_tips: how many freely chosen tips a chat reply lists (the high-entropy spans).
+    """
+
+    math_max_number: int = 40
+    math_phrase_entropy: float = 0.1
+    code_style_entropy: float = 0.3
+    chat_branching: int = 4
+    chat_skip_dependency: float = 1.0
+    chat_tips: int = 3
+
+    def __post_init__(self) -> None:
+        if self.math_max_number < 5:
+            raise ValueError(f"math_max_number must be >= 5, got {self.math_max_number}")
+        for name in ("math_phrase_entropy", "code_style_entropy", "chat_skip_dependency"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} is a probability in [0, 1], got {value}")
+        if not 1 <= self.chat_branching <= 5:
+            raise ValueError(f"chat_branching must be in 1..5, got {self.chat_branching}")
+        if not 1 <= self.chat_tips <= 5:
+            raise ValueError(f"chat_tips must be in 1..5, got {self.chat_tips}")
+
+
+class Rng:
+    """A seeded generator that uses only `random()`, whose stream never changed across Pythons."""
+
+    def __init__(self, seed: int | str):
+        digest = hashlib.sha256(str(seed).encode()).hexdigest()
+        self._r = random.Random(int(digest[:16], 16))
+
+    def uniform(self) -> float:
+        return self._r.random()
+
+    def int(self, low: int, high: int) -> int:
+        """An integer in [low, high], inclusive."""
+        return low + min(int(self._r.random() * (high - low + 1)), high - low)
+
+    def choice(self, options: Sequence):
+        return options[self.int(0, len(options) - 1)]
+
+    def canonical_or_other(self, options: Sequence, entropy: float):
+        """options[0] with probability 1 - entropy, else one of the others uniformly."""
+        if len(options) == 1 or self.uniform() >= entropy:
+            return options[0]
+        return options[self.int(1, len(options) - 1)]
+
+    def sample(self, options: Sequence, k: int) -> list:
+        """k distinct elements in random order (a partial Fisher-Yates shuffle)."""
+        pool = list(options)
+        for i in range(k):
+            j = self.int(i, len(pool) - 1)
+            pool[i], pool[j] = pool[j], pool[i]
+        return pool[:k]
+
+
+# --------------------------------------------------------------------------------------
+# math
+SHE = ("Ava", "Chloe", "Emma", "Grace", "Isla", "Kira", "Maya", "Olivia", "Priya", "Rosa", "Tara",
+       "Vera", "Ximena", "Zoe", "Bella", "Dina", "Elena", "Gemma", "Ivy", "Keiko", "Mila", "Nina")
+HE = ("Ben", "Daniel", "Farid", "Hugo", "Jonah", "Liam", "Noah", "Quinn", "Sam", "Umar", "Wes",
+      "Yusuf", "Aiden", "Carlos", "Felix", "Hassan", "Jack", "Leo")
+NAMES = SHE + HE
+PRONOUN = {**{name: "she" for name in SHE}, **{name: "he" for name in HE}}
+ITEMS = (
+    "apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "cards",
+    "beads", "books", "oranges", "toy cars", "crayons", "buttons", "candles", "coins",
+    "muffins", "plums", "ribbons", "tickets",
+)
+GOODS = ("notebook", "sandwich", "kite", "ball", "mug", "plant", "puzzle", "scarf", "lamp", "poster")
+VEHICLES = ("train", "bus", "truck", "cyclist", "boat", "car")
+CONTAINERS = (("box", "boxes"), ("bag", "bags"), ("pack", "packs"), ("jar", "jars"), ("crate", "crates"), ("basket", "baskets"))
+
+STEP_SO = ("So", "That means", "Therefore")
+STEP_TOTAL = ("In total", "Altogether", "All together")
+STEP_ANSWER = ("The answer is", "So the answer is", "The final answer is")
+
+
+def _math_buy_more(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    name, item, (box, boxes) = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(CONTAINERS)
+    a, b, c = rng.int(2, k.math_max_number), rng.int(2, 9), rng.int(2, k.math_max_number)
+    bc, total = b * c, a + b * c
+    pron = PRONOUN[name]
+    prompt = (f"{name} has {a} {item}. {pron.capitalize()} buys {b} {boxes} of {item} with "
+              f"{c} {item} in each {box}. How many {item} does {name} have now?")
+    e = k.math_phrase_entropy
+    reply = (f"{name} starts with {a} {item}.\n"
+             f"Each {box} has {c} {item}, so {b} {boxes} have {b} x {c} = {bc} {item}.\n"
+             f"{rng.canonical_or_other(STEP_TOTAL, e)} {name} has {a} + {bc} = {total} {item}.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {total}.")
+    return prompt, reply
+
+
+def _math_change(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    name, good = rng.choice(NAMES), rng.choice(GOODS)
+    price, qty = rng.int(2, k.math_max_number), rng.int(2, 6)
+    cost = price * qty
+    paid = (cost // 10 + 1 + rng.int(0, 3)) * 10
+    change = paid - cost
+    prompt = (f"A {good} costs {price} dollars. {name} buys {qty} of them and pays with "
+              f"{paid} dollars. How much change does {name} get?")
+    e = k.math_phrase_entropy
+    reply = (f"One {good} costs {price} dollars.\n"
+             f"{qty} of them cost {qty} x {price} = {cost} dollars.\n"
+             f"{name} pays {paid} dollars.\n"
+             f"{rng.canonical_or_other(STEP_SO, e)} the change is {paid} - {cost} = {change} dollars.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {change}.")
+    return prompt, reply
+
+
+def _math_share(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    friends, each, kept = rng.int(2, 9), rng.int(2, k.math_max_number // 2), rng.int(1, 9)
+    rest = friends * each
+    total = rest + kept
+    pron = PRONOUN[name]
+    prompt = (f"{name} has {total} {item}. {pron.capitalize()} keeps {kept} and shares the rest "
+              f"equally among {friends} friends. How many {item} does each friend get?")
+    e = k.math_phrase_entropy
+    reply = (f"{name} has {total} {item} and keeps {kept}.\n"
+             f"{rng.canonical_or_other(STEP_SO, e)} {pron} shares {total} - {kept} = {rest} {item}.\n"
+             f"Each of the {friends} friends gets {rest} / {friends} = {each} {item}.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {each}.")
+    return prompt, reply
+
+
+def _math_travel(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    vehicle = rng.choice(VEHICLES)
+    speed, hours = rng.int(5, k.math_max_number), rng.int(2, 8)
+    done = speed * hours
+    left = rng.int(5, 3 * k.math_max_number)
+    town = done + left
+    prompt = (f"A {vehicle} travels {speed} miles every hour. It drives for {hours} hours toward "
+              f"a town that is {town} miles away. How many miles are still left?")
+    e = k.math_phrase_entropy
+    reply = (f"The {vehicle} travels {speed} miles every hour for {hours} hours.\n"
+             f"It covers {speed} x {hours} = {done} miles.\n"
+             f"The town is {town} miles away.\n"
+             f"{rng.canonical_or_other(STEP_SO, e)} {town} - {done} = {left} miles are left.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
+    return prompt, reply
+
+
+def _math_week(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    name = rng.choice(NAMES)
+    weekday, weekend, weeks = rng.int(2, k.math_max_number // 2), rng.int(2, k.math_max_number), rng.int(2, 4)
+    five, two = 5 * weekday, 2 * weekend
+    week = five + two
+    total = week * weeks
+    prompt = (f"{name} reads {weekday} pages on every weekday and {weekend} pages on each day of "
+              f"the weekend. How many pages does {name} read in {weeks} weeks?")
+    e = k.math_phrase_entropy
+    reply = (f"On the 5 weekdays {name} reads 5 x {weekday} = {five} pages.\n"
+             f"On the 2 weekend days {name} reads 2 x {weekend} = {two} pages.\n"
+             f"In one week that is {five} + {two} = {week} pages.\n"
+             f"In {weeks} weeks that is {weeks} x {week} = {total} pages.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {total}.")
+    return prompt, reply
+
+
+def _math_shop(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    item = rng.choice(ITEMS)
+    monday = rng.int(2, k.math_max_number)
+    tuesday = 2 * monday
+    left = rng.int(1, 2 * k.math_max_number)
+    stock = monday + tuesday + left
+    prompt = (f"A shop has {stock} {item}. It sells {monday} {item} on Monday and twice as many "
+              f"on Tuesday. How many {item} are left?")
+    e = k.math_phrase_entropy
+    reply = (f"On Monday the shop sells {monday} {item}.\n"
+             f"On Tuesday it sells twice as many, 2 x {monday} = {tuesday} {item}.\n"
+             f"{rng.canonical_or_other(STEP_TOTAL, e)} it sells {monday} + {tuesday} = {monday + tuesday} {item}.\n"
+             f"{rng.canonical_or_other(STEP_SO, e)} {stock} - {monday + tuesday} = {left} {item} are left.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
+    return prompt, reply
+
+
+MATH_PROBLEMS: tuple[Callable[[Rng, CorpusKnobs], tuple[str, str]], ...] = (
+    _math_buy_more, _math_change, _math_share, _math_travel, _math_week, _math_shop,
+)
+
+
+def math_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
+    """One math word problem and its computed, worked solution."""
+    return rng.choice(MATH_PROBLEMS)(rng, knobs)
+
+
+# --------------------------------------------------------------------------------------
+# code
+# Each task: (name variants, description, predicate/transform code, python function).
+_FILTERS = (
+    ("even", "even", "{v} % 2 == 0", lambda x: x % 2 == 0),
+    ("odd", "odd", "{v} % 2 == 1", lambda x: x % 2 == 1),
+    ("positive", "positive", "{v} > 0", lambda x: x > 0),
+    ("negative", "negative", "{v} < 0", lambda x: x < 0),
+    ("big", "greater than ten", "{v} > 10", lambda x: x > 10),
+    ("small", "smaller than five", "{v} < 5", lambda x: x < 5),
+)
+_MAPS = (
+    ("squares", "the square of each number", "{v} * {v}", lambda x: x * x),
+    ("doubles", "each number doubled", "2 * {v}", lambda x: 2 * x),
+    ("increments", "each number plus one", "{v} + 1", lambda x: x + 1),
+    ("absolutes", "the absolute value of each number", "abs({v})", abs),
+    ("halves", "each number divided by two, rounded down", "{v} // 2", lambda x: x // 2),
+)
+PARAMS = ("numbers", "values", "items", "nums", "data", "xs")
+LOOP_VARS = ("n", "x", "value", "item", "num", "v")
+ACCS = ("total", "result", "acc", "count", "out", "answer")
+
+
+def _code_list(rng: Rng) -> list[int]:
+    return [rng.int(-9, 20) for _ in range(rng.int(3, 6))]
+
+
+def _code_reduce(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    key, words, cond, pred = rng.choice(_FILTERS)
+    op = rng.choice(("sum", "count"))
+    name = rng.canonical_or_other((f"{op}_{key}", f"{op}_of_{key}", f"{op}_{key}_numbers"), k.code_style_entropy)
+    param = rng.choice(PARAMS)
+    v = rng.canonical_or_other(LOOP_VARS, k.code_style_entropy)
+    acc = rng.canonical_or_other(ACCS, k.code_style_entropy)
+    what = "sum" if op == "sum" else "number"
+    doc = f"Return the {what} of the {words} numbers in {param}." if words not in ("greater than ten", "smaller than five") \
+        else f"Return the {what} of the numbers {words} in {param}."
+    prompt = f"Write a Python function {name}({param}) that returns the {what} of the numbers in a list that are {words}."
+    add = v if op == "sum" else "1"
+    if rng.uniform() < k.code_style_entropy:
+        expr = f"{v} for {v} in {param} if {cond.format(v=v)}" if op == "sum" else f"1 for {v} in {param} if {cond.format(v=v)}"
+        body = f"    return sum({expr})\n"
+    else:
+        body = (f"    {acc} = 0\n    for {v} in {param}:\n        if {cond.format(v=v)}:\n"
+                f"            {acc} += {add}\n    return {acc}\n")
+    fn = (lambda xs: sum(x for x in xs if pred(x))) if op == "sum" else (lambda xs: sum(1 for x in xs if pred(x)))
+    tests = "".join(f"assert {name}({xs}) == {fn(xs)}\n" for xs in (_code_list(rng), _code_list(rng)))
+    return prompt, f'def {name}({param}):\n    """{doc}"""\n{body}\n\n{tests}'
+
+
+def _code_map(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    key, words, expr, fn = rng.choice(_MAPS)
+    name = rng.canonical_or_other((key, f"list_of_{key}", f"get_{key}"), k.code_style_entropy)
+    param = rng.choice(PARAMS)
+    v = rng.canonical_or_other(LOOP_VARS, k.code_style_entropy)
+    acc = rng.canonical_or_other(("result", "out", "mapped", "new_list"), k.code_style_entropy)
+    prompt = f"Write a Python function {name}({param}) that returns a new list with {words}."
+    if rng.uniform() < 1.0 - k.code_style_entropy:
+        body = f"    return [{expr.format(v=v)} for {v} in {param}]\n"
+    else:
+        body = (f"    {acc} = []\n    for {v} in {param}:\n        {acc}.append({expr.format(v=v)})\n"
+                f"    return {acc}\n")
+    tests = "".join(f"assert {name}({xs}) == {[fn(x) for x in xs]}\n" for xs in (_code_list(rng), _code_list(rng)))
+    return prompt, f'def {name}({param}):\n    """Return a new list with {words}."""\n{body}\n\n{tests}'
+
+
+def _code_extreme(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    kind = rng.choice(("largest", "smallest"))
+    cmp = ">" if kind == "largest" else "<"
+    name = rng.canonical_or_other((f"find_{kind}", f"{kind}_value", f"get_{kind}"), k.code_style_entropy)
+    param = rng.choice(PARAMS)
+    v = rng.canonical_or_other(LOOP_VARS, k.code_style_entropy)
+    best = rng.canonical_or_other(("best", "current", "extreme", "winner"), k.code_style_entropy)
+    prompt = f"Write a Python function {name}({param}) that returns the {kind} number in a non-empty list without using max or min."
+    body = (f"    {best} = {param}[0]\n    for {v} in {param}[1:]:\n        if {v} {cmp} {best}:\n"
+            f"            {best} = {v}\n    return {best}\n")
+    fn = max if kind == "largest" else min
+    tests = "".join(f"assert {name}({xs}) == {fn(xs)}\n" for xs in (_code_list(rng), _code_list(rng)))
+    return prompt, f'def {name}({param}):\n    """Return the {kind} number in {param}."""\n{body}\n\n{tests}'
+
+
+_WORDS = ("level", "python", "radar", "apple", "noon", "banana", "kayak", "river", "civic", "stone", "refer", "cloud")
+
+
+def _code_string(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    task = rng.int(0, 2)
+    s = rng.canonical_or_other(("text", "s", "word", "string"), k.code_style_entropy)
+    if task == 0:
+        name = rng.canonical_or_other(("is_palindrome", "check_palindrome", "palindrome"), k.code_style_entropy)
+        prompt = f"Write a Python function {name}({s}) that tells whether a word reads the same backwards."
+        doc = f"Return True if {s} reads the same backwards."
+        body = f"    return {s} == {s}[::-1]\n"
+        fn: Callable = lambda w: w == w[::-1]
+    elif task == 1:
+        name = rng.canonical_or_other(("count_vowels", "vowel_count", "number_of_vowels"), k.code_style_entropy)
+        c = rng.canonical_or_other(("ch", "c", "letter", "char"), k.code_style_entropy)
+        prompt = f"Write a Python function {name}({s}) that counts the vowels in a string."
+        doc = f"Return the number of vowels in {s}."
+        body = f'    return sum(1 for {c} in {s} if {c} in "aeiou")\n'
+        fn = lambda w: sum(1 for ch in w if ch in "aeiou")
+    else:
+        name = rng.canonical_or_other(("reverse_string", "reversed_text", "flip"), k.code_style_entropy)
+        prompt = f"Write a Python function {name}({s}) that returns a string backwards."
+        doc = f"Return {s} reversed."
+        body = f"    return {s}[::-1]\n"
+        fn = lambda w: w[::-1]
+    tests = "".join(f"assert {name}({w!r}) == {fn(w)!r}\n" for w in rng.sample(_WORDS, 2))
+    return prompt, f'def {name}({s}):\n    """{doc}"""\n{body}\n\n{tests}'
+
+
+def _code_math(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
+    task = rng.int(0, 2)
+    n = rng.canonical_or_other(("n", "k", "number", "m"), k.code_style_entropy)
+    acc = rng.canonical_or_other(ACCS, k.code_style_entropy)
+    i = rng.canonical_or_other(("i", "j", "step"), k.code_style_entropy)
+    if task == 0:
+        name = rng.canonical_or_other(("factorial", "fact", "compute_factorial"), k.code_style_entropy)
+        prompt = f"Write a Python function {name}({n}) that returns the factorial of {n}."
+        body = f"    {acc} = 1\n    for {i} in range(2, {n} + 1):\n        {acc} *= {i}\n    return {acc}\n"
+        doc, fn, args = f"Return {n} factorial.", math.factorial, rng.sample(range(1, 8), 2)
+    elif task == 1:
+        name = rng.canonical_or_other(("sum_to", "sum_up_to", "triangle_number"), k.code_style_entropy)
+        prompt = f"Write a Python function {name}({n}) that returns the sum of the numbers from 1 to {n}."
+        body = f"    {acc} = 0\n    for {i} in range(1, {n} + 1):\n        {acc} += {i}\n    return {acc}\n"
+        doc, fn, args = f"Return 1 + 2 + ... + {n}.", lambda x: x * (x + 1) // 2, rng.sample(range(1, 30), 2)
+    else:
+        name = rng.canonical_or_other(("is_prime", "check_prime", "prime"), k.code_style_entropy)
+        prompt = f"Write a Python function {name}({n}) that tells whether {n} is a prime number."
+        body = (f"    if {n} < 2:\n        return False\n    for {i} in range(2, {n}):\n"
+                f"        if {n} % {i} == 0:\n            return False\n    return True\n")
+        doc, fn, args = f"Return True if {n} is prime.", lambda x: x > 1 and all(x % d for d in range(2, x)), rng.sample(range(2, 40), 2)
+    tests = "".join(f"assert {name}({a}) == {fn(a)}\n" for a in args)
+    return prompt, f'def {name}({n}):\n    """{doc}"""\n{body}\n\n{tests}'
+
+
+CODE_TASKS = (_code_reduce, _code_map, _code_extreme, _code_string, _code_math)
+
+
+def code_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
+    """One coding request and a function that fulfils it, with computed asserts."""
+    return rng.choice(CODE_TASKS)(rng, knobs)
+
+
+# --------------------------------------------------------------------------------------
+# chat
+# Topics: (request, subject noun, tip pool). Tips are the high-entropy spans.
+CHAT_TOPICS = (
+    ("plan a trip to the coast", "trip", (
+        "book your train tickets early", "pack a light rain jacket", "visit the old harbour at sunrise",
+        "try the fish soup at a small cafe", "walk along the cliffs in the afternoon", "keep some cash for the markets",
+        "check the tide times before a beach walk", "stay in a guest house near the station")),
+    ("bake a loaf of bread", "bread", (
+        "use warm water for the dough", "let the dough rest for an hour", "knead it until it feels smooth",
+        "preheat the oven for twenty minutes", "add a pinch of salt to the flour", "bake it on the middle shelf",
+        "let the loaf cool before slicing it", "dust the top with a little flour")),
+    ("keep my basil plant alive", "plant", (
+        "water it when the soil feels dry", "give it six hours of sunlight", "pinch off the flowers as they appear",
+        "use a pot with drainage holes", "turn the pot every few days", "feed it once a month",
+        "harvest the top leaves first", "keep it away from cold windows")),
+    ("start running in the mornings", "running", (
+        "begin with short and easy runs", "buy a pair of good shoes", "stretch gently after each run",
+        "drink a glass of water before you leave", "run with a friend for motivation", "rest on at least two days a week",
+        "track your distance in a small notebook", "go to bed a little earlier")),
+    ("study for a history exam", "exam", (
+        "make a timeline of the key events", "test yourself with flash cards", "study in short blocks with breaks",
+        "explain each topic out loud", "review your notes every evening", "practise with old exam questions",
+        "sleep well the night before", "form a small study group")),
+    ("learn to play the guitar", "guitar", (
+        "practise for fifteen minutes every day", "learn three simple chords first", "keep your guitar in tune",
+        "play along with songs you love", "use a metronome to keep time", "trim your nails on the left hand",
+        "record yourself and listen back", "take a short lesson with a teacher")),
+    ("write a short story", "story", (
+        "start with a character who wants something", "write the first draft quickly", "read your dialogue out loud",
+        "cut the scenes that do not move the plot", "end with a small surprise", "choose one clear point of view",
+        "show the feelings through actions", "ask a friend to read the draft")),
+    ("save money on groceries", "budget", (
+        "make a shopping list before you go", "buy fruit and vegetables in season", "cook large meals and freeze portions",
+        "compare prices per kilogram", "avoid shopping when you are hungry", "choose the store brand",
+        "plan your meals for the week", "use what is already in the fridge")),
+    ("set up a small aquarium", "aquarium", (
+        "let the water cycle for two weeks", "choose hardy fish for a start", "test the water every week",
+        "add a few live plants", "do not overfeed the fish", "change a quarter of the water weekly",
+        "keep the tank away from direct sunlight", "add the fish a few at a time")),
+    ("get better sleep", "sleep", (
+        "keep the same bedtime every night", "avoid screens for an hour before bed", "keep the bedroom cool and dark",
+        "skip coffee after lunch", "write down your worries before bed", "get some daylight in the morning",
+        "keep naps short", "read a calm book in bed")),
+)
+ASKS = ("Can you help me {req}?", "How do I {req}?", "I want to {req}. Any advice?", "What is the best way to {req}?")
+# Multi-token openers that collide under a parallel drafter.
+OPENERS = ("Of course!", "No problem!", "Sure thing!", "Absolutely!", "Great question!")
+# Skip-word dependency: the verb depends on the adjective two tokens back ("happy to help").
+AGREEMENT = (("happy", "help"), ("glad", "assist"), ("pleased", "explain"), ("delighted", "guide you"), ("eager", "chip in"))
+LEADS = ("Here are a few ideas.", "Here is what works well.", "These tips should help.", "Try these steps.", "A few things matter most.")
+ORDINALS = (("First,", "To start,", "Begin by making sure to", "Step one:", "Most importantly,"),
+            ("Next,", "Then,", "After that,", "Also,", "Second,"),
+            ("Finally,", "Lastly,", "On top of that,", "And of course,", "One more thing:"),
+            ("Beyond that,", "In addition,", "Besides,", "Plus,", "Another idea:"),
+            ("Last of all,", "To finish,", "In the end,", "As a bonus,", "Even better,"))
+CLOSERS = ("I hope this helps!", "Hope that helps!", "Let me know how it goes!", "Good luck!", "Have fun with it!")
+WISHES = ("Enjoy your {noun}!", "Good luck with your {noun}!", "Have fun with your {noun}!", "All the best with your {noun}!", "I hope your {noun} goes well!")
+
+
+def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
+    """One open-ended request and a reply with branching phrasings and free-choice tips."""
+    b = knobs.chat_branching
+    request, noun, tips = rng.choice(CHAT_TOPICS)
+    prompt = rng.choice(ASKS).format(req=request)
+    adjective, verb = rng.choice(AGREEMENT[:b])
+    if rng.uniform() >= knobs.chat_skip_dependency:  # break the agreement on purpose
+        verb = rng.choice(AGREEMENT[:b])[1]
+    lines = [f"{rng.choice(OPENERS[:b])} I would be {adjective} to {verb}. {rng.choice(LEADS[:b])}"]
+    for i, tip in enumerate(rng.sample(tips, knobs.chat_tips)):
+        lines.append(f"{rng.choice(ORDINALS[i][:b])} {tip}.")
+    lines.append(f"{rng.choice(CLOSERS[:b])} {rng.choice(WISHES[:b]).format(noun=noun)}")
+    return prompt, "\n".join(lines)
+
+
+SAMPLERS: dict[str, Callable[[Rng, CorpusKnobs], tuple[str, str]]] = {
+    "math": math_sample, "code": code_sample, "chat": chat_sample,
+}
+
+
+# --------------------------------------------------------------------------------------
+def check_domain(domain: str) -> str:
+    """Return domain, or raise a ValueError that lists the known ones."""
+    if domain not in SAMPLERS:
+        raise ValueError(f"unknown domain {domain!r}; expected one of {list(DOMAINS)}")
+    return domain
+
+
+def generate_records(domain: str, split: str, n: int, seed: int, knobs: CorpusKnobs) -> list[dict[str, str]]:
+    """n records {"domain", "prompt", "reply"} of one domain and split, from a seed."""
+    check_domain(domain)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
+    rng = Rng(f"{seed}/{domain}/{split}")
+    sampler = SAMPLERS[domain]
+    return [dict(zip(("domain", "prompt", "reply"), (domain, *sampler(rng, knobs)))) for _ in range(n)]
+
+
+def write_corpus(folder: Path, sizes: dict[str, int], seed: int, knobs: CorpusKnobs) -> list[Path]:
+    """Write <domain>_<split>.jsonl for every domain and split; sizes maps split -> count."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for domain in DOMAINS:
+        for split in SPLITS:
+            path = folder / f"{domain}_{split}.jsonl"
+            records = generate_records(domain, split, sizes[split], seed, knobs)
+            path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+            paths.append(path)
+    (folder / "knobs.json").write_text(json.dumps({"seed": seed, "sizes": sizes, "knobs": asdict(knobs)}, indent=1))
+    return paths
+
+
+def load_split(folder: Path, split: str, domains: Sequence[str] = DOMAINS) -> datasets.Dataset:
+    """One split of the written corpus as a `datasets.Dataset` (all requested domains)."""
+    files = [str(Path(folder) / f"{check_domain(d)}_{split}.jsonl") for d in domains]
+    return datasets.load_dataset("json", data_files=files, split="train", cache_dir=str(Path(folder) / ".hf"))
+
+
+def corpus_digest(folder: Path) -> str:
+    """sha256 over the JSONL files, in a fixed order: the same seed gives the same digest."""
+    h = hashlib.sha256()
+    for domain in DOMAINS:
+        for split in SPLITS:
+            h.update((Path(folder) / f"{domain}_{split}.jsonl").read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,56 @@
+"""What a target forward costs: latency against the number of query tokens (chapter 01).
+
+Verifying gamma drafted tokens takes ONE target forward over gamma + 1 query tokens on top
+of the cached context. On any hardware that forward costs far less than gamma + 1 separate
+forwards; this module measures by how much. The scheduler chapter (06) turns the same
+measurement into a steps-per-second table SPS(B).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from tqdm.auto import tqdm
+from transformers import DynamicCache, PreTrainedModel
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward_latency_curve(
+    model: PreTrainedModel, context_len: int, query_counts: list[int], repeats: int = 10,
+    warmup: int = 2, seed: int = 0,
+) -> dict[int, float]:
+    """Median seconds of one forward of q query tokens on top of a cached context of context_len.
+
+    The context is prefilled once; after each timed call the cache is cropped back to it.
+    """
+    if context_len < 1 or not query_counts or min(query_counts) < 1:
+        raise ValueError(f"need context_len >= 1 and query counts >= 1, got {context_len}, {query_counts}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    context = torch.randint(0, vocab, (1, context_len), generator=generator).to(device)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=context, cache=cache, use_cache=True)
+    curve: dict[int, float] = {}
+    for q in tqdm(query_counts, desc="latency vs query tokens", leave=False):
+        queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
+        positions = torch.arange(context_len, context_len + q, device=device)[None]
+        times = []
+        for i in range(warmup + repeats):
+            _sync(device)
+            start = time.perf_counter()
+            model(input_ids=queries, cache=cache, use_cache=True, position_ids=positions)
+            _sync(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+            cache.crop(-q)  # transformers 5.x: a negative count removes tokens
+        curve[q] = statistics.median(times)
+    return curve

@@ -1,0 +1,96 @@
+"""Every size in the book lives here, in one table (chapter 00).
+
+A notebook's `parameters` cell sets PROFILE; papermill injects "smoke" in the tests.
+`full` is what the rendered book shows and is sized for a 2-core CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CorpusSize:
+    """How many samples the corpus generator writes per domain and split (chapter 01)."""
+
+    train: int
+    validation: int
+    eval_prompts: int
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """The toy Qwen3 target's shape and its training recipe (chapter 01)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    max_positions: int
+    seq_len: int
+    batch_size: int
+    steps: int
+    lr: float
+    warmup_steps: int
+    weight_decay: float = 0.1
+
+
+@dataclass(frozen=True)
+class Profile:
+    """All sizes of one profile. Chapters read the fields they need."""
+
+    name: str
+    corpus: CorpusSize
+    target: TargetConfig
+    decode_prompts: int
+    decode_new_tokens: int
+    cost_context: int
+    cost_max_queries: int
+    cost_repeats: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FULL = Profile(
+    name="full",
+    corpus=CorpusSize(train=6000, validation=300, eval_prompts=40),
+    target=TargetConfig(
+        vocab_size=4096, hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=2,
+        head_dim=64, intermediate_size=768, max_positions=512, seq_len=256,
+        batch_size=32, steps=1200, lr=3e-3, warmup_steps=60,
+    ),
+    decode_prompts=6,
+    decode_new_tokens=96,
+    cost_context=192,
+    cost_max_queries=32,
+    cost_repeats=15,
+)
+
+_SMOKE = Profile(
+    name="smoke",
+    corpus=CorpusSize(train=150, validation=30, eval_prompts=4),
+    target=TargetConfig(
+        vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+        head_dim=16, intermediate_size=64, max_positions=512, seq_len=128,
+        batch_size=8, steps=15, lr=3e-3, warmup_steps=3,
+    ),
+    decode_prompts=2,
+    decode_new_tokens=16,
+    cost_context=32,
+    cost_max_queries=8,
+    cost_repeats=2,
+)
+
+PROFILES: dict[str, Profile] = {"full": _FULL, "smoke": _SMOKE}
+
+
+def get_profile(name: str, **overrides: Any) -> Profile:
+    """Return the named profile ("full" or "smoke"), with optional top-level overrides."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
+    return replace(PROFILES[name], **overrides) if overrides else PROFILES[name]

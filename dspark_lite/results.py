@@ -1,0 +1,116 @@
+"""Measured results and their provenance (chapter 00 and every chapter after it).
+
+`make book` writes each chapter's results to ``$DSPARK_RESULTS`` (default
+``<repo>/_build/results``, git-ignored). ``data/results/`` holds only committed
+measurements that cannot be regenerated on the build machine, such as GPU runs.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import __version__
+
+ENV_VAR = "DSPARK_RESULTS"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def results_dir() -> Path:
+    """Where regenerated results go: $DSPARK_RESULTS, else <repo>/_build/results."""
+    return Path(os.environ.get(ENV_VAR, REPO / "_build" / "results")).expanduser()
+
+
+def committed_results_dir() -> Path:
+    """data/results/: committed measurements that this machine cannot regenerate (GPU runs)."""
+    return REPO / "data" / "results"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(profile: str, device: str = "cpu") -> dict[str, Any]:
+    """Machine, date, profile and versions: attached to every saved result."""
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "profile": profile,
+        "device": device,
+        "cpu": _cpu_name(),
+        "cpu_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "dspark_lite": __version__,
+    }
+
+
+def save_result(name: str, payload: dict[str, Any], profile: str, device: str = "cpu") -> Path:
+    """Write results_dir()/<name>.json with the payload and its provenance."""
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"result name {name!r} must be letters, digits and underscores")
+    out = results_dir() / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"provenance": provenance(profile, device), "results": payload}, indent=1))
+    return out
+
+
+def load_results(folder: Path | None = None) -> dict[str, dict[str, Any]]:
+    """All result files in a folder (default results_dir()), keyed by name."""
+    folder = Path(folder) if folder is not None else results_dir()
+    if not folder.exists():
+        return {}
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+# The headline numbers of the book: (chapter, result file, key path, label, paper's figure).
+# The results page shows each one measured, or "not yet measured".
+HEADLINES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("01", "toy_world", "train_minutes", "corpus + tokenizer + target training (min)", "-"),
+    ("01", "toy_world", "entropy.math", "target entropy on math replies (nats)", "-"),
+    ("01", "toy_world", "entropy.code", "target entropy on code replies (nats)", "-"),
+    ("01", "toy_world", "entropy.chat", "target entropy on chat replies (nats)", "-"),
+    ("01", "toy_world", "ar_tokens_per_s", "target-only decoding, tokens/s", "-"),
+    ("01", "toy_world", "latency_ratio_8_over_1", "forward latency, 8 query tokens / 1", "well under 8"),
+    ("02", "speculative", "tau.classic", "tau, classic draft model", "-"),
+    ("03", "parallel_drafting", "tau.dflash.chat", "tau, DFlash, chat", "2.95 (Qwen3-4B)"),
+    ("04", "table1_toy", "tau.dspark_markov.math", "tau, DSpark-Markov, math", "5.57 (Qwen3-4B)"),
+    ("04", "table1_toy", "macro_gain_over_dflash", "DSpark gain over DFlash, macro average", "+16.3%"),
+    ("05", "confidence", "sts_ece_reduction", "ECE reduction by STS", "to about 1%"),
+    ("06", "scheduler", "gain_over_mtp1", "throughput gain over MTP-1", "+51% (V4 Flash)"),
+)
+
+
+def lookup(payload: dict[str, Any], path: str) -> Any:
+    """payload["a"]["b"] for path "a.b", or None when any key is missing."""
+    for key in path.split("."):
+        if not isinstance(payload, dict) or key not in payload:
+            return None
+        payload = payload[key]
+    return payload
+
+
+def headline_rows(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per headline number: its measured value and provenance, or 'not yet measured'."""
+    rows = []
+    for chapter, name, path, label, paper in HEADLINES:
+        record = found.get(name)
+        value = lookup(record["results"], path) if record else None
+        prov = record["provenance"] if record and value is not None else {}
+        rows.append({
+            "chapter": chapter, "measurement": label,
+            "ours": "not yet measured" if value is None else (f"{value:.3g}" if isinstance(value, float) else value),
+            "paper": paper, "profile": prov.get("profile", ""), "machine": prov.get("cpu", ""),
+            "date": prov.get("date", ""),
+        })
+    return rows
