@@ -24,13 +24,15 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# Widget JavaScript for the static book, from the npm registry (no CDN at read time).
+# Read-time JavaScript (widgets, RequireJS, MathJax) from the npm registry into _vendor/, pinned by
+# ci/vendor/package-lock.json (no CDN at read time). Needs npm; a no-op when already up to date.
 vendor:
 	bash ci/vendor_widgets.sh
 
-# Debian's Chromium for the browser check.
+# Debian's Chromium at /usr/bin/chromium for the browser check (never `playwright install`).
 chromium:
-	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+	@test -x /usr/bin/chromium || { s=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$s apt-get update -qq && $$s apt-get install -y -qq chromium >/dev/null; }
 
 book: venv vendor
 	$(PY) ci/run_notebooks.py --profile full --out _build/executed --results _build/results

@@ -45,11 +45,16 @@ class Profile:
     name: str
     corpus: CorpusSize
     target: TargetConfig
+    draft_lm: TargetConfig
     decode_prompts: int
     decode_new_tokens: int
     cost_context: int
     cost_max_queries: int
     cost_repeats: int
+    spec_prompts: int
+    spec_new_tokens: int
+    race_repeats: int
+    gammas: tuple[int, ...]
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,11 +69,20 @@ _FULL = Profile(
         head_dim=64, intermediate_size=768, max_positions=512, seq_len=256,
         batch_size=32, steps=1200, lr=3e-3, warmup_steps=60,
     ),
+    draft_lm=TargetConfig(
+        vocab_size=2048, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
+        head_dim=64, intermediate_size=384, max_positions=512, seq_len=256,
+        batch_size=16, steps=200, lr=3e-3, warmup_steps=20,
+    ),
     decode_prompts=6,
     decode_new_tokens=96,
     cost_context=192,
     cost_max_queries=32,
     cost_repeats=15,
+    spec_prompts=8,
+    spec_new_tokens=96,
+    race_repeats=5,
+    gammas=(1, 2, 3, 4, 6, 8),
 )
 
 _SMOKE = Profile(
@@ -79,11 +93,20 @@ _SMOKE = Profile(
         head_dim=16, intermediate_size=64, max_positions=512, seq_len=128,
         batch_size=8, steps=15, lr=3e-3, warmup_steps=3,
     ),
+    draft_lm=TargetConfig(
+        vocab_size=600, hidden_size=16, num_layers=1, num_heads=1, num_kv_heads=1,
+        head_dim=16, intermediate_size=32, max_positions=512, seq_len=128,
+        batch_size=8, steps=10, lr=3e-3, warmup_steps=2,
+    ),
     decode_prompts=2,
     decode_new_tokens=16,
     cost_context=32,
     cost_max_queries=8,
     cost_repeats=2,
+    spec_prompts=2,
+    spec_new_tokens=16,
+    race_repeats=2,
+    gammas=(1, 3),
 )
 
 PROFILES: dict[str, Profile] = {"full": _FULL, "smoke": _SMOKE}

@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from . import cache, corpus, target, tokenizer
-from .profiles import Profile, get_profile
+from .profiles import Profile, TargetConfig, get_profile
 from .target import TrainHistory
 
 
@@ -78,17 +78,17 @@ def build_tokenizer(profile: Profile, seed: int, knobs: corpus.CorpusKnobs, corp
         load=tokenizer.load_tokenizer, code=[corpus, tokenizer])
 
 
-def _train_target(folder: Path, profile: Profile, seed: int, corpus_dir: Path, tok: PreTrainedTokenizerFast) -> None:
-    cfg = profile.target
+def _train_lm(folder: Path, cfg: TargetConfig, seed: int, corpus_dir: Path, tok: PreTrainedTokenizerFast,
+              desc: str) -> None:
     encode = lambda split: target.pack([tok(t)["input_ids"] for t in conversations(corpus_dir, split)], cfg.seq_len)
     model = target.build_target(cfg, tok, seed=seed)
-    history = target.train_causal_lm(model, encode("train"), encode("validation"), cfg, seed=seed)
+    history = target.train_causal_lm(model, encode("train"), encode("validation"), cfg, seed=seed, desc=desc)
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
     (folder / "history.json").write_text(json.dumps(asdict(history)))
 
 
-def _load_target(folder: Path) -> tuple[Qwen3ForCausalLM, TrainHistory]:
+def _load_lm(folder: Path) -> tuple[Qwen3ForCausalLM, TrainHistory]:
     model = Qwen3ForCausalLM.from_pretrained(str(folder), attn_implementation="sdpa")
     model.eval()
     history = TrainHistory(**json.loads((folder / "history.json").read_text()))
@@ -101,14 +101,24 @@ def load_toy_world(profile: str | Profile = "full", seed: int = 0, knobs: corpus
     knobs = knobs or corpus.CorpusKnobs()
     corpus_dir = build_corpus(profile, seed, knobs)
     tok = build_tokenizer(profile, seed, knobs, corpus_dir)
-    config = {**_corpus_config(profile, seed, knobs), "target": asdict(profile.target)}
-    holder: dict[str, Path] = {}
+    model, history, folder = _cached_lm("target", profile.target, profile, seed, knobs, corpus_dir, tok)
+    return ToyWorld(profile, seed, knobs, corpus_dir, tok, model, history, folder)
+
+
+def _cached_lm(kind: str, cfg: TargetConfig, profile: Profile, seed: int, knobs: corpus.CorpusKnobs,
+               corpus_dir: Path, tok: PreTrainedTokenizerFast) -> tuple[Qwen3ForCausalLM, TrainHistory, Path]:
+    config = {**_corpus_config(profile, seed, knobs), kind: asdict(cfg)}
 
     def load(folder: Path):
-        holder["dir"] = folder
-        return _load_target(folder)
+        return (*_load_lm(folder), folder)
 
-    model, history = cache.load_or_build(
-        "target", config, build=lambda folder: _train_target(folder, profile, seed, corpus_dir, tok),
+    return cache.load_or_build(
+        kind, config, build=lambda folder: _train_lm(folder, cfg, seed, corpus_dir, tok, f"train {kind}"),
         load=load, code=[corpus, tokenizer, target])
-    return ToyWorld(profile, seed, knobs, corpus_dir, tok, model, history, holder["dir"])
+
+
+def load_classic_drafter_lm(world: ToyWorld) -> tuple[Qwen3ForCausalLM, TrainHistory]:
+    """The 2023-style draft model: a small Qwen3 LM trained on the same corpus (chapter 02, cached)."""
+    model, history, _ = _cached_lm("draft_lm", world.profile.draft_lm, world.profile, world.seed, world.knobs,
+                                   world.corpus_dir, world.tokenizer)
+    return model, history

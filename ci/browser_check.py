@@ -1,0 +1,239 @@
+"""Open every page of the rendered book in a real browser and fail on what a reader would see.
+
+    python ci/browser_check.py _build/html [--screenshots _build/screenshots]
+
+Serves HTML_DIR on 127.0.0.1 and drives Debian's Chromium (Playwright's sync API, no downloaded
+browser). A page fails on: a request to any non-local URL (aborted and recorded: the book must
+work offline), a local file that does not load, an image that does not load, a JavaScript error,
+a Python traceback or error output, widgets or math that do not render, and, for a chapter page,
+no figure (an <img> or inline <svg> in a cell output or a figure). A redirect page (Jupyter
+Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
+saved in the screenshot folder.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+if __package__ in (None, ""):  # run as a script: make `ci` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ci.toc import REPO, toc_files
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]
+NOT_PAGES = {"genindex.html", "search.html", "py-modindex.html"}
+NOT_PAGE_DIRS = {"_static", "_sources", "_images", "_downloads", "_panels_static"}
+WAIT_MS = 15_000
+
+# Run in the page; each returns JSON-able data.
+JS_BROKEN_IMAGES = """() => Array.from(document.images)
+    .filter(i => !i.complete || i.naturalWidth === 0).map(i => i.currentSrc || i.src)"""
+JS_ERROR_OUTPUTS = """() => [
+    document.querySelectorAll('.output.traceback, .output.error').length,
+    document.body.innerText.includes('Traceback (most recent call last)'),
+    document.body.innerText.includes('An Exception was encountered at')]"""
+JS_FIGURES = """() => Array.from(document.querySelectorAll(
+    '.cell_output img, .cell_output svg, .output img, .output svg, figure img, figure svg'))
+    .filter(e => e.tagName.toLowerCase() !== 'img' || e.naturalWidth > 0).length"""
+JS_WIDGETS_RENDERED = """() => {
+    const views = document.querySelectorAll(
+        'script[type="application/vnd.jupyter.widget-view+json"]').length;
+    const shown = Array.from(document.querySelectorAll('.widget-subarea'))
+        .filter(e => e.children.length > 0).length;
+    return views === 0 || shown >= views;
+}"""
+JS_MATH_RENDERED = """() => document.querySelectorAll('.math').length === 0
+    || document.querySelectorAll('mjx-container').length > 0"""
+REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
+
+
+class ChromiumNotFound(RuntimeError):
+    """Chromium is not where we were told to find it, or does not start."""
+
+
+@contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve `directory` on 127.0.0.1 (a random free port) in a thread; yield the base URL."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # keep the test output readable
+            pass
+
+    handler = functools.partial(Quiet, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def site_pages(html_dir: Path) -> list[str]:
+    """Every content page of a built site (relative paths), index first."""
+    pages = sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
+                   if p.name not in NOT_PAGES
+                   and not NOT_PAGE_DIRS & set(p.relative_to(html_dir).parts))
+    return sorted(pages, key=lambda p: p != "index.html")
+
+
+def toc_pages(root: Path = REPO) -> list[str]:
+    """The book's chapter pages as the toc lists them (preface included)."""
+    return [f"{f.removesuffix('.ipynb')}.html" for f in toc_files(root)]
+
+
+def _redirect_target(path: Path) -> str | None:
+    """Where a meta-refresh page (Jupyter Book's index.html) sends the reader, else None."""
+    m = REDIRECT.search(path.read_text(encoding="utf-8", errors="replace"))
+    return m.group(1).split("#")[0] if m else None
+
+
+def _is_local(url: str) -> bool:
+    """True for URLs that stay on this machine (the test server, data:, blob:, about:)."""
+    parts = urlsplit(url)
+    return parts.scheme in ("data", "blob", "about") or parts.hostname in ("127.0.0.1", "localhost")
+
+
+def check_site(html_dir: Path, screenshot_dir: Path | None = None, *,
+               chapters: list[str] | None = None, chromium: str = CHROMIUM,
+               wait_ms: int = WAIT_MS) -> list[str]:
+    """Open every page of `html_dir` in Chromium; return human-readable problems (empty: all good).
+
+    `chapters` are the pages that must show a figure (default: every page but the index);
+    each of them must exist. `wait_ms` bounds each wait (network idle; widgets and math
+    rendered). Raises `ChromiumNotFound` when Chromium is missing or won't start.
+    """
+    html_dir = Path(html_dir)
+    if not Path(chromium).is_file():
+        raise ChromiumNotFound(f"Chromium not found at {chromium}: run `make chromium` "
+                               "or `apt-get install chromium`")
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    pages = site_pages(html_dir)
+    problems: list[str] = []
+    if not pages:
+        return [f"{html_dir}: no HTML pages (was the book built?)"]
+    if chapters is None:
+        chapters = [p for p in pages if p != "index.html"]
+    problems += [f"{c}: chapter page missing from the build" for c in chapters if c not in pages]
+    if screenshot_dir is not None:
+        Path(screenshot_dir).mkdir(parents=True, exist_ok=True)
+
+    with serve(html_dir) as base, tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
+        try:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
+                viewport={"width": 1280, "height": 900}, service_workers="block")
+        except PlaywrightError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ChromiumNotFound(f"Chromium at {chromium} did not start: {first}") from None
+        try:
+            for rel in pages:
+                target = _redirect_target(html_dir / rel)
+                if target is None:
+                    problems += _check_page(context, base, rel, rel in chapters, screenshot_dir, wait_ms)
+                elif not (html_dir / rel).parent.joinpath(target).is_file():
+                    problems.append(f"{rel}: redirects to {target}, which does not exist")
+        finally:
+            context.close()
+    return problems
+
+
+def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
+                screenshot_dir: Path | None, wait_ms: int) -> list[str]:
+    """Load one page, wait for it to settle, and list what is wrong with it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    found: list[str] = []
+    page = context.new_page()
+
+    def route(r: Any) -> None:
+        if _is_local(r.request.url):
+            r.continue_()
+        else:
+            found.append(f"request to a non-local URL: {r.request.url}")
+            r.abort()
+
+    def on_response(resp: Any) -> None:
+        if resp.status >= 400 and not resp.url.endswith("/favicon.ico"):
+            found.append(f"HTTP {resp.status} for {resp.url.removeprefix(base)}")
+
+    def on_failed(req: Any) -> None:
+        if _is_local(req.url) and not req.url.endswith("/favicon.ico"):
+            found.append(f"failed to load {req.url.removeprefix(base)}: {req.failure}")
+
+    page.route("**/*", route)
+    page.on("response", on_response)
+    page.on("requestfailed", on_failed)
+    page.on("pageerror", lambda e: found.append(f"JavaScript error: {e}"))
+    try:
+        page.goto(base + rel, wait_until="load")
+        try:
+            page.wait_for_load_state("networkidle", timeout=wait_ms)
+        except PlaywrightTimeout:
+            found.append(f"page still loading after {wait_ms / 1000:g} s")
+        try:  # one wait for both, then say which one is missing
+            page.wait_for_function(f"() => ({JS_WIDGETS_RENDERED})() && ({JS_MATH_RENDERED})()",
+                                   timeout=wait_ms)
+        except PlaywrightTimeout:
+            if not page.evaluate(JS_WIDGETS_RENDERED):
+                found.append(f"widgets did not render within {wait_ms / 1000:g} s")
+            if not page.evaluate(JS_MATH_RENDERED):
+                found.append(f"math did not render (MathJax) within {wait_ms / 1000:g} s")
+        # images may be lazy: ask for all of them, then wait until each has loaded or failed
+        page.evaluate("() => Promise.all(Array.from(document.images).map(i => "
+                      "{ i.loading = 'eager'; return i.decode().catch(() => null); }))")
+        found += [f"image does not load: {src.removeprefix(base)}"
+                  for src in page.evaluate(JS_BROKEN_IMAGES)]
+        n_err, has_tb, has_pm = page.evaluate(JS_ERROR_OUTPUTS)
+        if n_err:
+            found.append(f"{n_err} error output(s) (a cell raised)")
+        if has_tb or has_pm:
+            found.append("a Python traceback is shown in the page")
+        if needs_figure and page.evaluate(JS_FIGURES) == 0:
+            found.append("chapter page without a figure (no <img> or <svg> in a cell output)")
+        if screenshot_dir is not None:
+            name = rel.removesuffix(".html").replace("/", "__") + ".png"
+            page.screenshot(path=str(Path(screenshot_dir) / name), full_page=True)
+    finally:
+        page.close()
+    return [f"{rel}: {p}" for p in found]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: check a built book; print problems; exit 1 on problems, 2 without a browser."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("html_dir", type=Path)
+    ap.add_argument("--screenshots", type=Path, default=REPO / "_build" / "screenshots")
+    ap.add_argument("--chromium", default=CHROMIUM, help="the browser executable")
+    args = ap.parse_args(argv)
+    try:
+        problems = check_site(args.html_dir, args.screenshots,
+                              chapters=toc_pages(REPO), chromium=args.chromium)
+    except ChromiumNotFound as e:
+        print(e, file=sys.stderr)
+        return 2
+    for p in problems:
+        print(p)
+    print(f"browser check: {len(problems)} problem(s); screenshots in {args.screenshots}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

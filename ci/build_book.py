@@ -1,0 +1,108 @@
+"""Render the book from executed notebooks (the book itself never executes anything).
+
+    python ci/build_book.py --executed _build/executed --out .            # -> _build/html
+    python ci/build_book.py --executed _build/smoke/executed --out _build/smoke
+
+Stages a book source in OUT/_build/src (the config, the toc, the vendored JavaScript, the
+book's Sphinx fixes, the chapters' non-notebook assets and the executed notebooks from
+EXECUTED/chapters, papermill's injected-parameters cell hidden), then runs
+`jupyter-book build --all -W -n --keep-going`: every warning is an error, all reported at once.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `ci` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ci.toc import REPO, toc_notebooks
+
+VENDORED = ("require.js", "widgets/embed-setup.js", "widgets/embed-amd.js", "mathjax/tex-chtml.js")
+SKIP = shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__")
+
+
+class BuildError(RuntimeError):
+    """The book cannot be staged or rendered; the message says what to do."""
+
+
+def stage(executed: Path, out: Path, root: Path = REPO) -> Path:
+    """Copy a buildable book source into OUT/_build/src and return its path."""
+    missing_vendor = [f for f in VENDORED if not (root / "_vendor" / f).is_file()]
+    if missing_vendor:
+        raise BuildError(f"vendored JavaScript missing ({', '.join(missing_vendor)} in _vendor/): "
+                         "run `make vendor`")
+    notebooks = toc_notebooks(root)
+    missing = [str(executed / nb) for nb in notebooks if not (executed / nb).is_file()]
+    if missing:
+        raise BuildError("executed notebooks missing (run ci/run_notebooks.py first):\n  "
+                         + "\n  ".join(missing))
+    src = out / "_build" / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    for name in ("_config.yml", "_toc.yml", *[p.name for p in root.glob("*.bib")]):
+        shutil.copy2(root / name, src / name)
+    # hard links: 16 MB of MathJax need not be copied on every build
+    shutil.copytree(root / "_vendor", src / "_vendor", copy_function=_link_or_copy)
+    shutil.copytree(root / "ci" / "sphinxext", src / "ci" / "sphinxext", ignore=SKIP)
+    if (root / "chapters").is_dir():  # figures and other files the chapters refer to
+        shutil.copytree(root / "chapters", src / "chapters", ignore=SKIP, dirs_exist_ok=True)
+    for nb in notebooks:
+        (src / nb).parent.mkdir(parents=True, exist_ok=True)
+        _hide_injected_parameters(executed / nb, src / nb)
+    return src
+
+
+def _hide_injected_parameters(src: Path, dst: Path) -> None:
+    """Copy an executed notebook, tagging papermill's injected-parameters cell `remove-cell`."""
+    nb = json.loads(src.read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _link_or_copy(a: str, b: str) -> None:
+    """Hard-link `a` to `b`, copying when the filesystem refuses."""
+    try:
+        Path(b).hardlink_to(a)
+    except OSError:
+        shutil.copy2(a, b)
+
+
+def build_book(executed: Path, out: Path, root: Path = REPO) -> Path:
+    """Stage and render the book; return the HTML folder (OUT/_build/html)."""
+    src = stage(Path(executed), Path(out), root)
+    for old in ("html", ".doctrees", "jupyter_execute"):  # no stale pages from earlier builds
+        shutil.rmtree(Path(out) / "_build" / old, ignore_errors=True)
+    cmd = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()",
+           "build", str(src), "--path-output", str(out), "--all", "-W", "-n", "--keep-going"]
+    print("+ jupyter-book " + " ".join(cmd[3:]), flush=True)
+    if subprocess.run(cmd).returncode != 0:
+        raise BuildError(f"jupyter-book build failed (warnings are errors; see above); source staged in {src}")
+    return Path(out) / "_build" / "html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: build, print where the HTML is; exit 1 with a one-line reason on failure."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--executed", type=Path, required=True, help="folder with chapters/NAME.ipynb executed")
+    ap.add_argument("--out", type=Path, default=Path("."), help="the HTML goes to OUT/_build/html")
+    args = ap.parse_args(argv)
+    try:
+        html = build_book(args.executed, args.out)
+    except BuildError as e:
+        print(f"build_book: {e}", file=sys.stderr)
+        return 1
+    print(f"book: {html / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

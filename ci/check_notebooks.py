@@ -1,0 +1,78 @@
+"""Notebook hygiene: what is committed in `chapters/` is clean and matches `_toc.yml`.
+
+    python ci/check_notebooks.py          # exit 1 and print the problems, if any
+
+Checks: no outputs and no execution counts, every cell has an id, exactly one code cell tagged
+`parameters`, every toc chapter exists, and every `chapters/*.ipynb` is in the toc.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `ci` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ci.toc import REPO, toc_notebooks
+
+CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
+
+
+def check_notebook(path: Path, name: str | None = None) -> list[str]:
+    """Problems in one committed notebook; `name` is how messages refer to it (default: its path)."""
+    name = name or str(path)
+    try:  # raw JSON, so that nothing (e.g. missing ids) is repaired on the way in
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{name}: cannot be read as a notebook ({type(e).__name__}: {e})"]
+    problems = []
+    with_outputs = [i for i, c in enumerate(cells) if c.get("cell_type") == "code" and c.get("outputs")]
+    counted = [i for i, c in enumerate(cells)
+               if c.get("cell_type") == "code" and c.get("execution_count") is not None]
+    no_id = [i for i, c in enumerate(cells) if not c.get("id")]
+    if with_outputs:
+        problems.append(f"{name}: cells {with_outputs} have outputs; {CLEAR_HINT}")
+    if counted:
+        problems.append(f"{name}: cells {counted} have execution counts; {CLEAR_HINT}")
+    if no_id:
+        problems.append(f"{name}: cells {no_id} have no id; save the notebook with nbformat >= 4.5 "
+                        "(Jupyter does this) so every cell gets one")
+    params = [i for i, c in enumerate(cells)
+              if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(params) != 1:
+        found = "none" if not params else f"{len(params)} (cells {params})"
+        problems.append(f"{name}: expected exactly one code cell tagged `parameters` "
+                        f"(defining PROFILE = \"full\", DEVICE, SEED), found {found}")
+    return problems
+
+
+def check_book(root: Path = REPO) -> list[str]:
+    """Problems across the book: every toc notebook and every `chapters/*.ipynb` under `root`."""
+    try:
+        listed = toc_notebooks(root)
+    except (OSError, ValueError) as e:
+        return [f"_toc.yml: {e}"]
+    problems = [f"_toc.yml lists {p} but there is no such file" for p in listed
+                if not (root / p).is_file()]
+    listed_set = {p.as_posix() for p in listed}
+    on_disk = sorted((root / "chapters").glob("*.ipynb"))
+    problems += [f"{p.relative_to(root)} is not in _toc.yml; add it (or delete the file)"
+                 for p in on_disk if p.relative_to(root).as_posix() not in listed_set]
+    for p in on_disk:
+        problems += check_notebook(p, str(p.relative_to(root)))
+    return problems
+
+
+def main() -> int:
+    """CLI: print the problems and return 1, or say all is clean and return 0."""
+    problems = check_book(REPO)
+    for p in problems:
+        print(p)
+    if not problems:
+        print("notebooks: clean")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Read the book's `_toc.yml`: the notebooks in reading order."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _files(entry: Any) -> list[str]:
+    """Every `file:` below one toc entry (root, parts, chapters, sections), in order."""
+    out: list[str] = []
+    if isinstance(entry, dict):
+        if "file" in entry:
+            out.append(str(entry["file"]))
+        for key in ("parts", "chapters", "sections"):
+            for child in entry.get(key) or []:
+                out.extend(_files(child))
+    return out
+
+
+def toc_files(root: Path = REPO) -> list[str]:
+    """Toc entries in reading order as written (e.g. ``chapters/01_toy_world``), root first."""
+    toc_path = root / "_toc.yml"
+    toc = yaml.safe_load(toc_path.read_text())
+    if not isinstance(toc, dict) or "root" not in toc:
+        raise ValueError(f"{toc_path}: expected a jb-book toc with a `root:` entry")
+    return [str(toc["root"])] + _files({k: v for k, v in toc.items() if k != "root"})
+
+
+def toc_notebooks(root: Path = REPO) -> list[Path]:
+    """The toc's notebooks in reading order, as paths relative to `root` with `.ipynb` added."""
+    out = []
+    for f in toc_files(root):
+        p = Path(f)
+        out.append(p if p.suffix == ".ipynb" else p.with_name(p.name + ".ipynb"))
+    return out

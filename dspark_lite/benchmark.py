@@ -1,0 +1,67 @@
+"""Wall-clock races between decoding methods on the same target and prompts (chapter 02).
+
+Not a timed test: a measurement the chapter runs and writes to the results folder.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from .speculative import ModelDrafter, autoregressive_generate, speculative_generate
+
+Decoder = Callable[[torch.Tensor], torch.Tensor]
+
+
+def target_only(target: PreTrainedModel, max_new_tokens: int, temperature: float, eos: int | None,
+                generator: torch.Generator) -> Decoder:
+    """Target-only decoding with the KV cache."""
+    return lambda ids: autoregressive_generate(target, ids, max_new_tokens, temperature, generator, eos)
+
+
+def ours(target: PreTrainedModel, drafter, max_new_tokens: int, gamma: int, temperature: float,
+         eos: int | None, generator: torch.Generator) -> Decoder:
+    """Our speculative engine with any Drafter."""
+    return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, gamma, temperature, generator, eos).tokens
+
+
+def assisted(target: PreTrainedModel, draft_model: PreTrainedModel, max_new_tokens: int, gamma: int,
+             temperature: float, eos: int | None, pad: int) -> Decoder:
+    """transformers' assisted generation with a fixed number of draft tokens per round."""
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or None,
+        top_k=None, top_p=None, eos_token_id=eos, pad_token_id=pad,
+        num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+
+    def decode(ids: torch.Tensor) -> torch.Tensor:
+        out = target.generate(ids[None], generation_config=config, assistant_model=draft_model)
+        return out[0, ids.shape[0]:]
+
+    return decode
+
+
+@torch.inference_mode()
+def race(decoders: dict[str, Decoder], prompts: list[torch.Tensor], repeats: int = 5) -> dict[str, dict[str, float]]:
+    """Tokens per second of each decoder over all prompts, median of `repeats` passes.
+
+    The decoders take turns within each repetition, so slow drifts of the machine hit all alike.
+    """
+    if repeats < 1 or not prompts:
+        raise ValueError(f"need repeats >= 1 and at least one prompt, got {repeats} and {len(prompts)}")
+    speeds: dict[str, list[float]] = {name: [] for name in decoders}
+    tokens: dict[str, int] = {}
+    for _ in range(repeats):
+        for name, decode in decoders.items():
+            start, count = time.perf_counter(), 0
+            for ids in prompts:
+                count += len(decode(ids))
+            speeds[name].append(count / (time.perf_counter() - start))
+            tokens[name] = count
+    return {name: {"tokens_per_s": statistics.median(v), "tokens_per_s_all": v, "tokens": tokens[name]}
+            for name, v in speeds.items()}
+
+
+__all__ = ["race", "target_only", "ours", "assisted", "ModelDrafter"]

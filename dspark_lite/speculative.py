@@ -1,0 +1,617 @@
+"""Speculative decoding: the drafter interface, lossless verification, acceptance metrics
+and the rollout loop (chapter 02).
+
+One round: the drafter proposes gamma tokens after the anchor (the last token the target
+produced); the target scores anchor + drafts in ONE forward pass on top of its KV cache;
+rejection sampling keeps a prefix of the drafts and adds one correction (at the first
+rejection) or bonus (when all are accepted) token. Paper section 2 (Leviathan et al. 2023,
+Chen et al. 2023).
+
+Hidden-state convention (shared with DeepSpec): a drafter's `target_layer_ids` are 0-based
+indices of the target's decoder layers; layer id `i` selects `outputs.hidden_states[i + 1]`
+of a transformers forward with `output_hidden_states=True` (index 0 there is the embedding
+output). The selected layers are concatenated on the feature axis, giving one tensor of
+shape [positions, len(target_layer_ids) * hidden_size]. The last decoder layer's entry is
+the final-RMSNorm output (transformers ties it to `last_hidden_state`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel
+
+PROB_SUM_TOLERANCE = 1e-3
+
+
+# ----------------------------------------------------------------------------------------
+# Sampling helpers
+# ----------------------------------------------------------------------------------------
+
+
+def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
+    """Float32 probabilities over the last axis at `temperature`; 0 means greedy, a one-hot
+    vector at the argmax (chapter 02)."""
+    _check_temperature(temperature)
+    logits = logits.float()
+    if temperature == 0:
+        one_hot = torch.zeros_like(logits)
+        return one_hot.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def sample_from_probs(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row of `probs` [..., V], drawn with `generator`; returns a LongTensor of
+    shape [...] on the device of `probs` (chapter 02)."""
+    device = _generator_device(generator, probs.device)
+    flat = probs.reshape(-1, probs.shape[-1]).to(device)
+    tokens = torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    return tokens.to(probs.device)
+
+
+def sample_token(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
+    """Sample from `logits` [..., V] at `temperature` (0 = argmax, no randomness used);
+    returns a LongTensor of shape [...] (chapter 02)."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    return sample_from_probs(probs_from_logits(logits, temperature), generator)
+
+
+def _generator_device(generator: torch.Generator | None, fallback: torch.device) -> torch.device:
+    return generator.device if generator is not None else fallback
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+
+
+# ----------------------------------------------------------------------------------------
+# The drafter interface
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Draft:
+    """One round's proposal (chapter 02).
+
+    tokens: LongTensor [gamma], the proposed tokens x_1..x_gamma after the anchor.
+    probs: FloatTensor [gamma, V], the full distribution each token was sampled from, at the
+        sampling temperature (float32; at temperature 0 a one-hot or any distribution whose
+        argmax is the token: greedy verification only compares tokens).
+    confidences: FloatTensor [gamma] or None, the drafter's estimate that token k survives
+        given that tokens < k survived (Eq. 7); recorded, never used by verification.
+    """
+
+    tokens: Tensor
+    probs: Tensor
+    confidences: Tensor | None = None
+
+    @property
+    def gamma(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What the rollout loop needs from any drafter (chapter 02).
+
+    Call order per generation: `start` once after the target's prefill, then per round
+    `draft` followed by `accept`. Hidden-state tensors follow the module convention:
+    [positions, len(target_layer_ids) * hidden_size], no batch axis, or None when
+    `target_layer_ids` is None (a classic drafter that reads only tokens).
+    """
+
+    vocab_size: int
+    target_layer_ids: tuple[int, ...] | None
+
+    def start(self, prompt_ids: Tensor, target_hidden: Tensor | None) -> None:
+        """Reset for a new generation. `prompt_ids` [T]; `target_hidden` covers the T prompt
+        positions. The first anchor is the token the target sampled after the prompt."""
+        ...
+
+    def draft(
+        self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None
+    ) -> Draft:
+        """Propose `gamma` >= 1 tokens. `anchor_ids` [L] is every token so far (prompt and
+        generated), ending with the anchor."""
+        ...
+
+    def accept(self, n_accepted: int, new_target_hidden: Tensor | None) -> None:
+        """The target kept the first `n_accepted` drafts of the last `draft` call (the
+        correction/bonus token arrives as the next anchor). `new_target_hidden` covers the
+        n_accepted + 1 positions newly committed to the target's cache: the anchor and the
+        accepted drafts."""
+        ...
+
+
+# ----------------------------------------------------------------------------------------
+# Verification
+# ----------------------------------------------------------------------------------------
+
+
+def rejection_sample(
+    target_probs: Tensor, draft_tokens: Tensor, draft_probs: Tensor, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """Lossless rejection sampling for a batch of blocks (chapter 02).
+
+    target_probs [B, gamma+1, V], draft_tokens [B, gamma], draft_probs [B, gamma, V], all
+    valid distributions. Token k is accepted with probability min(1, p_t(x_k) / p_d(x_k)), one
+    uniform draw per position; the first rejection k samples from norm(max(0, p_t - p_d)) at
+    k, and a fully accepted block samples a bonus from p_t at position gamma.
+    Returns (n_accepted [B], next_token [B]).
+    """
+    batch, gamma = draft_tokens.shape
+    device = target_probs.device
+    target_at_draft = target_probs[:, :gamma].gather(-1, draft_tokens[..., None]).squeeze(-1)
+    draft_at_draft = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)
+    accept_prob = (target_at_draft / draft_at_draft).clamp(max=1.0)
+    uniforms = torch.rand(batch, gamma, generator=generator, device=_generator_device(generator, device))
+    accepted = uniforms.to(device) < accept_prob
+    n_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)
+
+    rows = torch.arange(batch, device=device)
+    target_next = target_probs[rows, n_accepted]
+    padded_draft = torch.cat([draft_probs, draft_probs.new_zeros(batch, 1, draft_probs.shape[-1])], dim=1)
+    residual = (target_next - padded_draft[rows, n_accepted]).clamp(min=0.0)
+    residual_mass = residual.sum(-1, keepdim=True)
+    # A zero residual only happens when p_t == p_d, where rejection has probability 0;
+    # falling back to p_t guards against rounding.
+    next_probs = torch.where(residual_mass > 0, residual / residual_mass.clamp(min=1e-30), target_next)
+    return n_accepted, sample_from_probs(next_probs, generator)
+
+
+def greedy_verify(target_logits: Tensor, draft_tokens: Tensor) -> tuple[int, int]:
+    """Temperature 0 (chapter 02): accept drafts while they equal the target's argmax; the
+    next token is the target's argmax after the accepted prefix."""
+    target_choice = target_logits.argmax(-1)
+    gamma = draft_tokens.shape[0]
+    matches = draft_tokens.to(target_choice.device) == target_choice[:gamma]
+    n_accepted = int(matches.long().cumprod(0).sum())
+    return n_accepted, int(target_choice[n_accepted])
+
+
+def verify_block(
+    target_logits: Tensor, draft: Draft, temperature: float, generator: torch.Generator | None
+) -> tuple[int, int]:
+    """Verify one block (chapter 02). `target_logits` [gamma+1, V]: row k is the target's
+    prediction after the anchor and drafts x_1..x_k. Returns (n_accepted, next_token)."""
+    _check_temperature(temperature)
+    validate_draft(draft, target_logits)
+    if temperature == 0:
+        return greedy_verify(target_logits, draft.tokens)
+    target_probs = probs_from_logits(target_logits, temperature)
+    tokens = draft.tokens.to(target_probs.device)
+    draft_probs = draft.probs.to(target_probs.device, torch.float32)
+    n_accepted, next_token = rejection_sample(target_probs[None], tokens[None], draft_probs[None], generator)
+    return int(n_accepted[0]), int(next_token[0])
+
+
+def validate_draft(draft: Draft, target_logits: Tensor) -> None:
+    """Raise ValueError unless `draft` fits `target_logits` [gamma+1, V] (chapter 02)."""
+    if target_logits.dim() != 2:
+        raise ValueError(f"target_logits must have shape [gamma+1, V], got {tuple(target_logits.shape)}")
+    if draft.tokens.dim() != 1:
+        raise ValueError(f"draft.tokens must have shape [gamma], got {tuple(draft.tokens.shape)}")
+    gamma, vocab_size = draft.gamma, target_logits.shape[1]
+    if target_logits.shape[0] != gamma + 1:
+        raise ValueError(
+            f"target_logits has {target_logits.shape[0]} rows; expected gamma + 1 = {gamma + 1} "
+            "(the anchor's prediction plus one per draft token)"
+        )
+    if draft.probs.dim() != 2 or draft.probs.shape[0] != gamma:
+        raise ValueError(
+            f"draft.probs must have shape [gamma, V] = [{gamma}, V] to match draft.tokens, "
+            f"got {tuple(draft.probs.shape)}"
+        )
+    if draft.probs.shape[1] != vocab_size:
+        raise ValueError(
+            f"draft vocabulary size {draft.probs.shape[1]} differs from the target's {vocab_size}"
+        )
+    if draft.confidences is not None and tuple(draft.confidences.shape) != (gamma,):
+        raise ValueError(f"draft.confidences must have shape [{gamma}], got {tuple(draft.confidences.shape)}")
+    if gamma == 0:
+        return
+    if draft.tokens.dtype != torch.long or int(draft.tokens.min()) < 0 or int(draft.tokens.max()) >= vocab_size:
+        raise ValueError(f"draft.tokens must be int64 ids in [0, {vocab_size}), got {draft.tokens.tolist()}")
+    _validate_distributions(draft.probs.float(), draft.tokens)
+
+
+def _validate_distributions(probs: Tensor, tokens: Tensor) -> None:
+    if not bool(torch.isfinite(probs).all()):
+        raise ValueError("draft.probs contains non-finite values (NaN or inf); expected probabilities")
+    if bool((probs < 0).any()):
+        raise ValueError("draft.probs contains negative probabilities; expected values in [0, 1]")
+    row_sums = probs.sum(-1)
+    if bool(((row_sums - 1).abs() > PROB_SUM_TOLERANCE).any()):
+        raise ValueError(
+            f"draft.probs rows must sum to 1 (within {PROB_SUM_TOLERANCE}), got sums {row_sums.tolist()}; "
+            "compute the softmax in float32"
+        )
+    at_tokens = probs.gather(-1, tokens.to(probs.device)[:, None]).squeeze(-1)
+    if bool((at_tokens <= 0).any()):
+        positions = (at_tokens <= 0).nonzero().flatten().tolist()
+        raise ValueError(
+            f"draft token(s) at position(s) {positions} have zero draft probability; a drafter must "
+            "sample each token from the distribution it reports"
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# Metrics
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RoundRecord:
+    """One verification round: drafts proposed, drafts accepted, the drafter's confidences
+    (chapter 02). A round emits accepted + 1 tokens (the correction or bonus). `proposed` is
+    below gamma near max_new_tokens, and 0 for a last-token round that only runs the target."""
+
+    proposed: int
+    accepted: int
+    confidences: Tensor | None = None
+
+
+def _round_counts(records: Sequence[RoundRecord]) -> tuple[np.ndarray, np.ndarray]:
+    if len(records) == 0:
+        raise ValueError("no rounds recorded; expected at least one RoundRecord")
+    proposed = np.array([r.proposed for r in records], dtype=np.int64)
+    accepted = np.array([r.accepted for r in records], dtype=np.int64)
+    if (accepted < 0).any() or (accepted > proposed).any():
+        raise ValueError("each record needs 0 <= accepted <= proposed")
+    return proposed, accepted
+
+
+def tau(records: Sequence[RoundRecord]) -> float:
+    """Tokens per round counting the correction/bonus token: mean of accepted + 1
+    (paper footnote 3; chapter 02)."""
+    _, accepted = _round_counts(records)
+    return float(np.mean(accepted + 1))
+
+
+def _default_gamma(proposed: np.ndarray, gamma: int | None) -> int:
+    return int(proposed.max()) if gamma is None else gamma
+
+
+def prefix_survival(records: Sequence[RoundRecord], gamma: int | None = None) -> np.ndarray:
+    """DeepSpec's accept_rate@k (chapter 02): entry k-1 is the fraction of rounds whose
+    first k drafts were all accepted, among rounds that proposed at least k drafts
+    (NaN where none did). `gamma` defaults to the largest number proposed."""
+    proposed, accepted = _round_counts(records)
+    out = np.full(_default_gamma(proposed, gamma), np.nan)
+    for k in range(1, out.size + 1):
+        reached = proposed >= k
+        if reached.any():
+            out[k - 1] = np.mean(accepted[reached] >= k)
+    return out
+
+
+def conditional_acceptance(records: Sequence[RoundRecord], gamma: int | None = None) -> np.ndarray:
+    """The paper's Figure 2 (chapter 02): entry k-1 is, among rounds that proposed at least
+    k drafts and accepted the first k-1, the fraction that also accepted the k-th
+    (NaN where that denominator is 0)."""
+    proposed, accepted = _round_counts(records)
+    out = np.full(_default_gamma(proposed, gamma), np.nan)
+    for k in range(1, out.size + 1):
+        reached = (proposed >= k) & (accepted >= k - 1)
+        if reached.any():
+            out[k - 1] = np.mean(accepted[reached] >= k)
+    return out
+
+
+def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
+    """1 + sum_k prod_{i<=k} alpha_i (chapter 02): the expected tokens per round implied by
+    conditional acceptances. NaN entries after the survival product reached 0 are ignored."""
+    expected, survival = 1.0, 1.0
+    for k, alpha_k in enumerate(np.asarray(alpha, dtype=float), start=1):
+        if survival == 0.0:
+            break
+        if not np.isfinite(alpha_k) or not 0.0 <= alpha_k <= 1.0:
+            raise ValueError(f"alpha[{k - 1}] = {alpha_k}; expected a probability in [0, 1]")
+        survival *= alpha_k
+        expected += survival
+    return expected
+
+
+# ----------------------------------------------------------------------------------------
+# Rollouts
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rollout:
+    """One speculative generation (chapter 02). `tokens` are the generated ids only (no
+    prompt), on the device of the prompt passed in. The first token comes from the prefill,
+    every later one from a round: len(tokens) = 1 + sum(accepted + 1) before EOS truncation.
+    Seconds: prefill (target on the prompt), draft (all drafter calls), verify (target
+    forwards in rounds), overhead (verification sampling, cache crops, bookkeeping)."""
+
+    tokens: Tensor
+    rounds: list[RoundRecord] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    overhead_seconds: float = 0.0
+
+    @property
+    def total_seconds(self) -> float:
+        return self.prefill_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
+
+
+class _Stopwatch:
+    """Accumulates perf_counter seconds per phase, synchronising CUDA so the split is real."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "overhead": 0.0}
+        self._phase, self._since = "overhead", time.perf_counter()
+
+    def switch(self, phase: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[self._phase] += now - self._since
+        self._phase, self._since = phase, now
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _check_prompt(prompt_ids: Tensor) -> Tensor:
+    if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
+        prompt_ids = prompt_ids[0]
+    if prompt_ids.dim() != 1:
+        raise ValueError(f"prompt_ids must have shape [T] or [1, T], got {tuple(prompt_ids.shape)}")
+    if prompt_ids.numel() == 0:
+        raise ValueError("prompt_ids is empty; expected at least one token")
+    return prompt_ids.long()
+
+
+def _check_generation_args(max_new_tokens: int, temperature: float) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    _check_temperature(temperature)
+
+
+def select_target_hidden(hidden_states: Sequence[Tensor], layer_ids: Sequence[int]) -> Tensor:
+    """Concatenate the chosen decoder layers' outputs, `hidden_states[i + 1]` for 0-based
+    layer id i, on the feature axis: [..., positions, len(layer_ids) * H] (chapter 02)."""
+    return torch.cat([hidden_states[i + 1] for i in layer_ids], dim=-1)
+
+
+def _check_layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
+    if layer_ids is None:
+        return
+    if len(layer_ids) == 0 or any(not 0 <= i < num_layers for i in layer_ids):
+        raise ValueError(
+            f"drafter.target_layer_ids {tuple(layer_ids)} must be non-empty 0-based decoder layer "
+            f"ids in [0, {num_layers})"
+        )
+
+
+def _target_forward(
+    target: PreTrainedModel, input_ids: Tensor, cache: DynamicCache, layer_ids: Sequence[int] | None
+) -> tuple[Tensor, Tensor | None]:
+    """Logits [L, V] and selected hidden states [L, n_layers * H] (or None) for `input_ids`
+    [L] appended to the cache."""
+    output = target(
+        input_ids=input_ids[None], cache=cache, use_cache=True, output_hidden_states=layer_ids is not None
+    )
+    hidden = None if layer_ids is None else select_target_hidden(output.hidden_states, layer_ids)[0]
+    return output.logits[0], hidden
+
+
+def _empty_draft(vocab_size: int, device: torch.device) -> Draft:
+    return Draft(torch.empty(0, dtype=torch.long, device=device), torch.empty(0, vocab_size, device=device))
+
+
+def _truncate_at_eos(tokens: list[int], eos_token_id: int | None) -> tuple[list[int], bool]:
+    if eos_token_id is None or eos_token_id not in tokens:
+        return tokens, False
+    return tokens[: tokens.index(eos_token_id) + 1], True
+
+
+def speculative_generate(
+    target: PreTrainedModel,
+    drafter: Drafter,
+    prompt_ids: Tensor,
+    max_new_tokens: int,
+    gamma: int,
+    temperature: float,
+    generator: torch.Generator | None,
+    eos_token_id: int | None = None,
+) -> Rollout:
+    """Generate up to `max_new_tokens` tokens with speculative decoding (chapter 02).
+
+    Prefill the prompt and sample the first token (the first anchor); then per round the
+    drafter proposes min(gamma, remaining - 1) tokens (0 on the last token, a plain target
+    step recorded as a round that proposed 0), the target scores anchor + drafts in one
+    forward on its KV cache, `verify_block` accepts a prefix, and the cache is cropped back
+    to the committed positions. Stops after EOS (kept) or at max_new_tokens. Lossless: the
+    output has the target's sampling distribution at `temperature` (its greedy output at 0).
+    """
+    _check_generation_args(max_new_tokens, temperature)
+    if gamma < 1:
+        raise ValueError(f"gamma must be >= 1, got {gamma}")
+    prompt_ids = _check_prompt(prompt_ids)
+    vocab_size = target.config.vocab_size
+    if drafter.vocab_size != vocab_size:
+        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from the target's {vocab_size}")
+    layer_ids = drafter.target_layer_ids
+    _check_layer_ids(layer_ids, target.config.num_hidden_layers)
+    with torch.inference_mode():
+        rollout = _speculative_loop(
+            target, drafter, prompt_ids.to(_model_device(target)), max_new_tokens, gamma, temperature,
+            generator, eos_token_id, layer_ids,
+        )
+    rollout.tokens = rollout.tokens.to(prompt_ids.device)
+    return rollout
+
+
+def _speculative_loop(
+    target: PreTrainedModel,
+    drafter: Drafter,
+    prompt: Tensor,
+    max_new_tokens: int,
+    gamma: int,
+    temperature: float,
+    generator: torch.Generator | None,
+    eos_token_id: int | None,
+    layer_ids: Sequence[int] | None,
+) -> Rollout:
+    watch = _Stopwatch(prompt.device)
+    cache = DynamicCache(config=target.config)
+    watch.switch("prefill")
+    logits, hidden = _target_forward(target, prompt, cache, layer_ids)
+    first = int(sample_token(logits[-1], temperature, generator))
+    watch.switch("draft")
+    drafter.start(prompt, hidden)
+    watch.switch("overhead")
+    generated, finished = _truncate_at_eos([first], eos_token_id)
+    sequence = torch.cat([prompt, prompt.new_tensor(generated)])
+    rounds: list[RoundRecord] = []
+    while not finished and len(generated) < max_new_tokens:
+        n_drafts = min(gamma, max_new_tokens - len(generated) - 1)
+        watch.switch("draft")
+        draft = drafter.draft(sequence, n_drafts, temperature, generator) if n_drafts else _empty_draft(
+            target.config.vocab_size, prompt.device
+        )
+        if draft.gamma != n_drafts:
+            raise ValueError(f"drafter returned {draft.gamma} draft tokens; expected the {n_drafts} requested")
+        watch.switch("verify")
+        block = torch.cat([sequence[-1:], draft.tokens.to(prompt.device)])
+        logits, hidden = _target_forward(target, block, cache, layer_ids)
+        watch.switch("overhead")
+        n_accepted, next_token = verify_block(logits, draft, temperature, generator)
+        cache.crop(n_accepted - draft.gamma)
+        if n_drafts:
+            watch.switch("draft")
+            drafter.accept(n_accepted, None if hidden is None else hidden[: n_accepted + 1])
+            watch.switch("overhead")
+        new_tokens = draft.tokens[:n_accepted].tolist() + [next_token]
+        rounds.append(RoundRecord(draft.gamma, n_accepted, _cpu_or_none(draft.confidences)))
+        new_tokens, finished = _truncate_at_eos(new_tokens, eos_token_id)
+        generated += new_tokens
+        sequence = torch.cat([sequence, prompt.new_tensor(new_tokens)])
+    watch.switch("overhead")
+    tokens = torch.tensor(generated[:max_new_tokens], dtype=torch.long)
+    return Rollout(tokens, rounds, **{f"{k}_seconds": v for k, v in watch.seconds.items()})
+
+
+def _cpu_or_none(tensor: Tensor | None) -> Tensor | None:
+    return None if tensor is None else tensor.detach().float().cpu()
+
+
+def autoregressive_generate(
+    target: PreTrainedModel,
+    prompt_ids: Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    generator: torch.Generator | None,
+    eos_token_id: int | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Target-only sampling, the baseline (chapter 02). `prompt_ids` [T] returns the
+    generated ids [<= max_new_tokens], truncated after EOS; a batch [B, T] (same length,
+    no padding) returns [B, n] with eos_token_id repeated after a row's EOS. Greedy at
+    temperature 0. With use_cache=False the whole sequence is recomputed each step."""
+    _check_generation_args(max_new_tokens, temperature)
+    single = prompt_ids.dim() == 1
+    batch = _check_prompt(prompt_ids)[None] if single else prompt_ids.long()
+    if batch.dim() != 2 or batch.shape[1] == 0:
+        raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
+    with torch.inference_mode():
+        generated = _autoregressive_loop(
+            target, batch.to(_model_device(target)), max_new_tokens, temperature, generator, eos_token_id, use_cache
+        ).to(prompt_ids.device)
+    if single:
+        tokens, _ = _truncate_at_eos(generated[0].tolist(), eos_token_id)
+        return torch.tensor(tokens, dtype=torch.long, device=prompt_ids.device)
+    return generated
+
+
+def _autoregressive_loop(
+    target: PreTrainedModel,
+    batch: Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    generator: torch.Generator | None,
+    eos_token_id: int | None,
+    use_cache: bool,
+) -> Tensor:
+    cache = DynamicCache(config=target.config) if use_cache else None
+    sequence, step_input = batch, batch
+    finished = torch.zeros(batch.shape[0], dtype=torch.bool, device=batch.device)
+    for _ in range(max_new_tokens):
+        logits = target(input_ids=step_input, cache=cache, use_cache=use_cache).logits[:, -1]
+        token = sample_token(logits, temperature, generator)
+        if eos_token_id is not None:
+            token = torch.where(finished, torch.full_like(token, eos_token_id), token)
+            finished |= token == eos_token_id
+        sequence = torch.cat([sequence, token[:, None]], dim=1)
+        step_input = token[:, None] if use_cache else sequence
+        if bool(finished.all()):
+            break
+    return sequence[:, batch.shape[1]:]
+
+
+# ----------------------------------------------------------------------------------------
+# A classic drafter: a small causal LM with its own KV cache
+# ----------------------------------------------------------------------------------------
+
+
+class ModelDrafter:
+    """Wrap a small causal LM (e.g. a tiny Qwen3ForCausalLM) with the target's vocabulary
+    as a Drafter that samples gamma tokens one by one (chapter 02). Its KV cache holds the
+    tokens it has read; `accept` crops it back to the committed prefix."""
+
+    target_layer_ids: tuple[int, ...] | None = None
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model.eval()
+        self.vocab_size: int = model.config.vocab_size
+        self._cache: DynamicCache | None = None
+        self._context_length = 0
+
+    @torch.inference_mode()
+    def start(self, prompt_ids: Tensor, target_hidden: Tensor | None = None) -> None:
+        """Prefill the drafter's own cache with the prompt."""
+        self._cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=prompt_ids[None].to(_model_device(self.model)), cache=self._cache, use_cache=True)
+        self._context_length = prompt_ids.shape[0]
+
+    @torch.inference_mode()
+    def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
+        """Read the tokens not yet cached (at least the anchor), then sample gamma tokens."""
+        if self._cache is None:
+            raise ValueError("ModelDrafter.draft called before start(); call start(prompt_ids, None) first")
+        if gamma < 1:
+            raise ValueError(f"gamma must be >= 1, got {gamma}")
+        cached = self._cache.get_seq_length()
+        if cached >= anchor_ids.shape[0]:
+            raise ValueError(
+                f"drafter cache holds {cached} tokens but anchor_ids has {anchor_ids.shape[0]}; "
+                "expected new tokens (did the loop skip accept()?)"
+            )
+        step_input = anchor_ids[cached:].to(_model_device(self.model))
+        tokens, probs = [], []
+        for _ in range(gamma):
+            logits = self.model(input_ids=step_input[None], cache=self._cache, use_cache=True).logits[0, -1]
+            probs.append(probs_from_logits(logits, temperature))
+            tokens.append(sample_from_probs(probs[-1], generator))
+            step_input = tokens[-1][None]
+        self._context_length = anchor_ids.shape[0]
+        return Draft(torch.stack(tokens), torch.stack(probs))
+
+    def accept(self, n_accepted: int, new_target_hidden: Tensor | None = None) -> None:
+        """Crop the cache to the anchor plus the accepted drafts."""
+        keep = self._context_length + n_accepted
+        excess = self._cache.get_seq_length() - keep
+        if excess > 0:
+            self._cache.crop(-excess)

@@ -1,0 +1,206 @@
+"""Tests of the CI tools themselves: the browser check, the hygiene check, the notebook runner.
+
+Fast (seconds): one Chromium session over a planted site, tiny notebooks, one tiny kernel run.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ci import browser_check
+from ci.browser_check import ChromiumNotFound, check_site
+from ci.check_notebooks import check_book, check_notebook
+from ci.run_notebooks import NotebookFailed, run_notebook
+from ci.toc import REPO, toc_notebooks
+
+
+def png(width: int = 4, height: int = 3) -> bytes:
+    """A valid grey PNG, written by hand so the test needs no image library."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def page(body: str, head: str = "") -> str:
+    """A minimal HTML page."""
+    return f"<!doctype html><html><head><title>t</title>{head}</head><body>{body}</body></html>"
+
+
+FIGURE = '<div class="cell_output"><img src="../fig.png" alt="a figure"></div>'
+MATH = '<p><span class="math notranslate nohighlight">\\(e^{i\\pi} + 1 = 0\\)</span></p>'
+
+
+def widget_page(with_js: bool) -> str:
+    """A page as myst-nb writes it for a notebook that displayed an IntSlider (optionally without JS)."""
+    from ipywidgets.embed import embed_data
+    from ipywidgets import IntSlider
+
+    data = embed_data(views=[IntSlider(value=3, min=0, max=10, description="k")])
+    head = f'<script type="application/vnd.jupyter.widget-state+json">{json.dumps(data["manager_state"])}</script>'
+    if with_js:  # the same scripts, in the same order, as _config.yml makes Sphinx write
+        head += ('<script>window.MathJax = {"options": {"processHtmlClass": "math"}}</script>'
+                 '<script defer src="../_static/mathjax/tex-chtml.js"></script>'
+                 '<script src="../_static/require.js"></script>'
+                 '<script src="../_static/widgets/embed-setup.js"></script>'
+                 '<script src="../_static/widgets/embed-amd.js"></script>')
+    view = f'<script type="application/vnd.jupyter.widget-view+json">{json.dumps(data["view_specs"][0])}</script>'
+    return page(FIGURE + MATH + f'<div class="cell_output">{view}</div>', head=head)
+
+
+PLANTED = {  # page -> HTML; each chapter but "clean" carries exactly one defect
+    "index.html": page("", head='<meta http-equiv="Refresh" content="0; url=chapters/clean.html" />'),
+    "old.html": page("", head='<meta http-equiv="Refresh" content="0; url=gone.html" />'),
+    "chapters/clean.html": page("<h1>Clean</h1>" + FIGURE
+                                + '<div class="cell_output"><svg width="10" height="10"></svg></div>'),
+    "chapters/broken_image.html": page(FIGURE + '<div class="cell_output"><img src="../missing.png"></div>'),
+    "chapters/traceback.html": page(
+        FIGURE + '<div class="output traceback"><pre>Traceback (most recent call last):\n'
+        '  File "x.py", line 1\nValueError: boom</pre></div>'),
+    "chapters/external.html": page(FIGURE, head='<script src="https://cdn.example.com/lib.js"></script>'),
+    "chapters/no_figure.html": page("<h1>Only words</h1>"),
+    "chapters/widgets.html": widget_page(with_js=True),  # clean: slider and math render offline
+    "chapters/widgets_no_js.html": widget_page(with_js=False),
+}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """Check the planted site once; return the problems grouped by page."""
+    site = tmp_path_factory.mktemp("site")
+    if not (REPO / "_vendor" / "widgets" / "embed-amd.js").is_file():
+        pytest.fail("vendored JavaScript missing: run `make vendor`", pytrace=False)
+    (site / "_static").symlink_to(REPO / "_vendor", target_is_directory=True)
+    (site / "fig.png").write_bytes(png())
+    for rel, html in PLANTED.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(html)
+    shots = site.parent / "shots"
+    problems = check_site(site, shots, chapters=[p for p in PLANTED if p.startswith("chapters/")],
+                          wait_ms=4000)
+    by_page: dict[str, list[str]] = {rel: [] for rel in PLANTED}
+    for p in problems:
+        by_page[p.split(": ", 1)[0]].append(p)
+    by_page["_screenshots"] = sorted(f.name for f in shots.glob("*.png"))
+    return by_page
+
+
+def test_clean_page_with_a_figure_passes(planted: dict[str, list[str]]) -> None:
+    assert planted["chapters/clean.html"] == []
+    assert planted["index.html"] == []
+
+
+def test_vendored_widgets_and_math_render_offline(planted: dict[str, list[str]]) -> None:
+    assert planted["chapters/widgets.html"] == []
+
+
+def test_widgets_and_math_that_do_not_render_fail(planted: dict[str, list[str]]) -> None:
+    assert any("widgets did not render" in p for p in planted["chapters/widgets_no_js.html"])
+    assert any("math did not render" in p for p in planted["chapters/widgets_no_js.html"])
+
+
+def test_redirect_to_a_missing_page_fails(planted: dict[str, list[str]]) -> None:
+    assert planted["old.html"] == ["old.html: redirects to gone.html, which does not exist"]
+
+
+def test_broken_image_fails(planted: dict[str, list[str]]) -> None:
+    assert any("image does not load" in p and "missing.png" in p for p in planted["chapters/broken_image.html"])
+
+
+def test_traceback_fails(planted: dict[str, list[str]]) -> None:
+    assert any("traceback" in p.lower() or "error output" in p for p in planted["chapters/traceback.html"])
+
+
+def test_external_request_fails(planted: dict[str, list[str]]) -> None:
+    assert any("non-local URL: https://cdn.example.com/lib.js" in p for p in planted["chapters/external.html"])
+
+
+def test_chapter_without_figure_fails(planted: dict[str, list[str]]) -> None:
+    assert any("without a figure" in p for p in planted["chapters/no_figure.html"])
+
+
+def test_screenshot_per_page(planted: dict[str, list[str]]) -> None:
+    assert "chapters__clean.png" in planted["_screenshots"]
+    assert len(planted["_screenshots"]) == len(PLANTED) - 2  # not for the two redirect pages
+
+
+def test_missing_chromium_gives_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(ChromiumNotFound, match="Chromium not found at /nowhere/chromium: run `make chromium`"):
+        check_site(tmp_path, chromium="/nowhere/chromium")
+    assert browser_check.main([str(tmp_path), "--chromium", "/nowhere/chromium"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "make chromium" in err
+
+
+# ---- hygiene ---------------------------------------------------------------------------------
+
+def notebook(path: Path, *, parameters: bool = True, outputs: bool = False) -> Path:
+    """Write a small notebook (nbformat 4.5, so cells have ids)."""
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('PROFILE = "full"')
+    if parameters:
+        params.metadata["tags"] = ["parameters"]
+    code = nbformat.v4.new_code_cell("print(1)")
+    if outputs:
+        code.execution_count = 1
+        code.outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# T"), params, code]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_clean_notebook_passes(tmp_path: Path) -> None:
+    assert check_notebook(notebook(tmp_path / "a.ipynb")) == []
+
+
+def test_missing_parameters_cell_is_named(tmp_path: Path) -> None:
+    problems = check_notebook(notebook(tmp_path / "02_x.ipynb", parameters=False), "chapters/02_x.ipynb")
+    assert len(problems) == 1
+    assert "chapters/02_x.ipynb" in problems[0] and "`parameters`" in problems[0] and "none" in problems[0]
+
+
+def test_outputs_and_counts_are_reported(tmp_path: Path) -> None:
+    problems = check_notebook(notebook(tmp_path / "b.ipynb", outputs=True))
+    assert any("have outputs" in p for p in problems)
+    assert any("execution counts" in p for p in problems)
+
+
+def test_missing_ids_are_reported(tmp_path: Path) -> None:
+    path = notebook(tmp_path / "c.ipynb")
+    raw = json.loads(path.read_text())
+    raw["nbformat_minor"] = 4
+    for cell in raw["cells"]:
+        del cell["id"]
+    path.write_text(json.dumps(raw))
+    assert any("have no id" in p for p in check_notebook(path))
+
+
+def test_toc_and_chapters_must_match(tmp_path: Path) -> None:
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: chapters/00_a\nchapters:\n  - file: chapters/01_b\n")
+    notebook(tmp_path / "chapters" / "00_a.ipynb")
+    notebook(tmp_path / "chapters" / "02_stray.ipynb")
+    assert [p.as_posix() for p in toc_notebooks(tmp_path)] == ["chapters/00_a.ipynb", "chapters/01_b.ipynb"]
+    problems = check_book(tmp_path)
+    assert any("lists chapters/01_b.ipynb but there is no such file" in p for p in problems)
+    assert any("chapters/02_stray.ipynb is not in _toc.yml" in p for p in problems)
+
+
+# ---- notebook runner -------------------------------------------------------------------------
+
+def test_failing_notebook_names_the_cell_and_exception(tmp_path: Path) -> None:
+    src = notebook(tmp_path / "bad.ipynb")
+    nb = nbformat.read(src, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("raise ValueError(f'boom in {PROFILE}')"))
+    nbformat.write(nb, src)
+    with pytest.raises(NotebookFailed) as e:
+        run_notebook(src, tmp_path / "out" / "bad.ipynb", "smoke", tmp_path / "results", timeout=120)
+    assert "bad.ipynb: cell 3" in str(e.value) and "ValueError: boom in smoke" in str(e.value)
+    assert (tmp_path / "out" / "bad.ipynb").is_file()  # partial output kept for inspection

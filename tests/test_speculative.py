@@ -1,0 +1,443 @@
+"""Tests for dspark_lite.speculative (chapter 02).
+
+Statistical tests use fixed seeds, so they are deterministic; each is designed so that a
+correct implementation would fail it with probability below SIGNIFICANCE = 1e-3 for a
+random seed (chi-square p-values, and a TV bound with a McDiarmid margin).
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from dspark_lite.speculative import (
+    Draft,
+    Drafter,
+    ModelDrafter,
+    RoundRecord,
+    autoregressive_generate,
+    conditional_acceptance,
+    expected_tau_from_conditional,
+    prefix_survival,
+    probs_from_logits,
+    rejection_sample,
+    sample_from_probs,
+    speculative_generate,
+    tau,
+    verify_block,
+)
+
+SIGNIFICANCE = 1e-3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine is shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# ----------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------
+
+
+def tiny_qwen3(seed: int, vocab_size: int = 16, num_layers: int = 2, logit_scale: float = 1.0) -> Qwen3ForCausalLM:
+    """A random tiny Qwen3; `logit_scale` multiplies the LM head so the output
+    distributions are neither uniform nor one-hot."""
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    return model
+
+
+def noisy_copy(model: Qwen3ForCausalLM, seed: int, noise: float) -> Qwen3ForCausalLM:
+    """A drafter that agrees with `model` often but not always."""
+    torch.manual_seed(seed)
+    drafter = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in drafter.parameters():
+            parameter.add_(noise * parameter.std() * torch.randn_like(parameter))
+    return drafter
+
+
+def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Pearson's chi-square goodness of fit; cells expected below 5 are pooled into one.
+    The p-value is the chi-square survival function Q(dof/2, stat/2), computed with
+    torch.special.gammaincc (scipy is not a dependency)."""
+    counts, probs = counts.ravel().astype(float), probs.ravel().astype(float)
+    expected = probs * counts.sum()
+    small = expected < 5
+    observed = np.append(counts[~small], counts[small].sum())
+    expected = np.append(expected[~small], expected[small].sum())
+    keep = expected > 0
+    assert observed[~keep].sum() == 0, "a sample landed where the exact probability is 0"
+    statistic = float(((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    dof = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
+                                         torch.tensor(statistic / 2.0, dtype=torch.float64)))
+
+
+def random_distributions(generator: torch.Generator, rows: int, vocab: int, zeros: int = 0) -> torch.Tensor:
+    """Random categorical rows; `zeros` entries per row forced to probability 0."""
+    logits = 1.5 * torch.randn(rows, vocab, generator=generator)
+    for row in range(rows):
+        logits[row, torch.randperm(vocab, generator=generator)[:zeros]] = -math.inf
+    return torch.softmax(logits, dim=-1)
+
+
+def counts_of(codes: torch.Tensor, cells: int) -> np.ndarray:
+    return torch.bincount(codes, minlength=cells).numpy()
+
+
+# ----------------------------------------------------------------------------------------
+# Verification is lossless (vectorised over a batch of independent blocks)
+# ----------------------------------------------------------------------------------------
+
+VOCAB, GAMMA, SAMPLES = 8, 3, 200_000
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_first_emitted_token_follows_target(case):
+    generator = torch.Generator().manual_seed(100 + case)
+    zeros_target, zeros_draft = [(0, 0), (2, 0), (0, 3), (2, 2), (0, 0)][case]
+    target = random_distributions(generator, GAMMA + 1, VOCAB, zeros_target)
+    draft = target[:GAMMA].clone() if case == 4 else random_distributions(generator, GAMMA, VOCAB, zeros_draft)
+    draft_probs = draft.expand(SAMPLES, GAMMA, VOCAB)
+    tokens = sample_from_probs(draft_probs, generator)
+    n_accepted, next_token = rejection_sample(target.expand(SAMPLES, -1, -1), tokens, draft_probs, generator)
+    first = torch.where(n_accepted >= 1, tokens[:, 0], next_token)
+    assert chi_square_p_value(counts_of(first, VOCAB), target[0].numpy()) > SIGNIFICANCE
+    if case == 4:
+        assert bool((n_accepted == GAMMA).all()), "identical draft and target must accept everything"
+
+
+def simulate_markov_speculation(target_table, draft_table, gamma, samples, length, generator):
+    """Speculative decoding of a first-order Markov target with a Markov drafter, fully
+    vectorised: returns the first `length` emitted tokens of each of `samples` runs."""
+    vocab = target_table.shape[0]
+    out = torch.full((samples, length), -1, dtype=torch.long)
+    count = torch.zeros(samples, dtype=torch.long)
+    anchor = torch.zeros(samples, dtype=torch.long)
+    while bool((count < length).any()):
+        previous, drafts, draft_probs = anchor, [], []
+        for _ in range(gamma):
+            draft_probs.append(draft_table[previous])
+            previous = sample_from_probs(draft_probs[-1], generator)
+            drafts.append(previous)
+        drafts = torch.stack(drafts, dim=1)
+        target_probs = target_table[torch.cat([anchor[:, None], drafts], dim=1)]
+        n_accepted, next_token = rejection_sample(target_probs, drafts, torch.stack(draft_probs, 1), generator)
+        emitted = torch.cat([drafts, next_token[:, None]], dim=1)
+        emitted[torch.arange(samples), n_accepted] = next_token
+        for j in range(gamma + 1):
+            position = count + j
+            write = (j <= n_accepted) & (position < length)
+            out[write, position[write]] = emitted[write, j]
+        count += n_accepted + 1
+        anchor = next_token
+    assert vocab > 0 and bool((out >= 0).all())
+    return out
+
+
+@pytest.mark.parametrize("case, gamma", [(0, 3), (1, 2), (2, 1)])
+def test_first_three_tokens_follow_target_markov_chain(case, gamma):
+    """The joint of the first three emitted tokens (so the second given the first, and the
+    third given both) matches the target chain, across round boundaries; gamma <= 2 puts
+    bonus tokens among them."""
+    generator = torch.Generator().manual_seed(200 + case)
+    target_table = random_distributions(generator, VOCAB, VOCAB, zeros=[0, 2, 0][case])
+    draft_table = random_distributions(generator, VOCAB, VOCAB, zeros=[0, 0, 3][case])
+    tokens = simulate_markov_speculation(target_table, draft_table, gamma, SAMPLES, 3, generator)
+    codes = tokens[:, 0] * VOCAB**2 + tokens[:, 1] * VOCAB + tokens[:, 2]
+    first = target_table[0]
+    exact = first[:, None, None] * target_table[:, :, None] * target_table[None, :, :]
+    assert chi_square_p_value(counts_of(codes, VOCAB**3), exact.numpy()) > SIGNIFICANCE
+
+
+def test_greedy_verify_accepts_matching_prefix():
+    logits = torch.full((4, 5), -1.0)
+    logits[0, 2] = logits[1, 3] = logits[2, 1] = logits[3, 4] = 1.0  # target argmax: 2, 3, 1, 4
+    probs = torch.eye(5)
+    for tokens, expected in [([2, 3, 1], (3, 4)), ([2, 3, 0], (2, 1)), ([0, 3, 1], (0, 2))]:
+        draft = Draft(torch.tensor(tokens), probs[tokens])
+        assert verify_block(logits, draft, 0.0, None) == expected
+
+
+def test_probs_from_logits_is_greedy_at_zero_temperature():
+    logits = torch.tensor([[0.5, 2.0, -1.0]])
+    assert torch.equal(probs_from_logits(logits, 0.0), torch.tensor([[0.0, 1.0, 0.0]]))
+    assert torch.allclose(probs_from_logits(logits, 2.0), torch.softmax(logits / 2.0, -1))
+
+
+# ----------------------------------------------------------------------------------------
+# Bad input
+# ----------------------------------------------------------------------------------------
+
+
+def good_block(gamma: int = 2, vocab: int = 4):
+    probs = torch.full((gamma, vocab), 1.0 / vocab)
+    return torch.zeros(gamma + 1, vocab), Draft(torch.zeros(gamma, dtype=torch.long), probs)
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda logits, draft: (logits, Draft(draft.tokens, draft.probs[:1])), "shape"),
+        (lambda logits, draft: (logits, Draft(draft.tokens, torch.full((2, 5), 0.2))), "vocabulary size"),
+        (lambda logits, draft: (logits, Draft(draft.tokens, draft.probs.index_fill(1, torch.tensor([1]), math.nan))), "non-finite"),
+        (lambda logits, draft: (logits, Draft(draft.tokens, torch.tensor([[0.5, 0.7, -0.2, 0.0]] * 2))), "negative"),
+        (lambda logits, draft: (logits, Draft(draft.tokens, torch.tensor([[0.0, 0.5, 0.5, 0.0]] * 2))), "zero draft probability"),
+        (lambda logits, draft: (logits, Draft(draft.tokens, draft.probs * 2)), "sum to 1"),
+        (lambda logits, draft: (logits[:2], draft), "rows; expected gamma"),
+        (lambda logits, draft: (logits, Draft(torch.tensor([0, 9]), draft.probs)), "ids in"),
+    ],
+)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_verify_block_rejects_bad_drafts(breakage, message, temperature):
+    logits, draft = breakage(*good_block())
+    with pytest.raises(ValueError, match=message):
+        verify_block(logits, draft, temperature, torch.Generator().manual_seed(0))
+
+
+def test_verify_block_rejects_negative_temperature():
+    with pytest.raises(ValueError, match="temperature"):
+        verify_block(*good_block(), -1.0, None)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_qwen3(0, logit_scale=20.0)
+
+
+@pytest.fixture(scope="module")
+def close_drafter(target):
+    return noisy_copy(target, seed=1, noise=0.3)
+
+
+def test_speculative_generate_rejects_bad_arguments(target, close_drafter):
+    prompt = torch.tensor([1, 2, 3])
+    drafter = ModelDrafter(close_drafter)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        speculative_generate(target, drafter, prompt, 0, 3, 0.0, None)
+    with pytest.raises(ValueError, match="empty"):
+        speculative_generate(target, drafter, torch.tensor([], dtype=torch.long), 5, 3, 0.0, None)
+    with pytest.raises(ValueError, match="gamma"):
+        speculative_generate(target, drafter, prompt, 5, 0, 0.0, None)
+    with pytest.raises(ValueError, match="vocab_size"):
+        speculative_generate(target, ModelDrafter(tiny_qwen3(5, vocab_size=20)), prompt, 5, 3, 0.0, None)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        autoregressive_generate(target, prompt, 0, 0.0, None)
+    with pytest.raises(ValueError, match="empty"):
+        autoregressive_generate(target, torch.tensor([], dtype=torch.long), 3, 0.0, None)
+
+
+# ----------------------------------------------------------------------------------------
+# Rollouts on tiny Qwen3 models
+# ----------------------------------------------------------------------------------------
+
+PROMPTS = [[1, 2, 3, 4, 5], [7], [3, 14, 15, 9, 2, 6, 5, 3]]
+TEMPERATURE = 0.8
+
+
+def test_model_drafter_satisfies_the_protocol(close_drafter):
+    assert isinstance(ModelDrafter(close_drafter), Drafter)
+
+
+def test_cached_equals_uncached_greedy(target):
+    for prompt in PROMPTS:
+        prompt = torch.tensor(prompt)
+        cached = autoregressive_generate(target, prompt, 30, 0.0, None, use_cache=True)
+        uncached = autoregressive_generate(target, prompt, 30, 0.0, None, use_cache=False)
+        assert cached.shape == (30,) and torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_greedy_speculation_reproduces_target(target, close_drafter, gamma):
+    far_drafter = tiny_qwen3(2, num_layers=1, logit_scale=20.0)
+    generator = torch.Generator().manual_seed(0)
+    accepted_any = False
+    for prompt, max_new_tokens in zip(PROMPTS, [20, 33, 40]):
+        prompt = torch.tensor(prompt)
+        expected = autoregressive_generate(target, prompt, max_new_tokens, 0.0, None)
+        for drafter_model in (close_drafter, far_drafter):
+            rollout = speculative_generate(target, ModelDrafter(drafter_model), prompt, max_new_tokens, gamma, 0.0, generator)
+            assert torch.equal(rollout.tokens, expected)
+            assert len(rollout.tokens) == 1 + sum(r.accepted + 1 for r in rollout.rounds)
+            assert all(r.proposed <= gamma for r in rollout.rounds)
+            accepted_any |= any(r.accepted > 0 for r in rollout.rounds)
+    assert accepted_any, "the close drafter should get some drafts accepted"
+
+
+@pytest.mark.parametrize("temperature", [0.0, TEMPERATURE])
+def test_target_as_its_own_drafter_accepts_everything(target, temperature):
+    """Drafting with the target itself: every proposed token survives, so tau = gamma + 1
+    on full rounds; this checks the drafter's cache bookkeeping."""
+    rollout = speculative_generate(target, ModelDrafter(target), torch.tensor(PROMPTS[0]), 25, 4, temperature,
+                                   torch.Generator().manual_seed(1))
+    assert len(rollout.tokens) == 25
+    assert all(r.accepted == r.proposed for r in rollout.rounds)
+    assert [r.proposed for r in rollout.rounds] == [4, 4, 4, 4, 3]  # 25 = 1 + 4 * 5 + 4
+
+
+class HiddenRecordingDrafter(ModelDrafter):
+    """A ModelDrafter that asks for target layers and keeps what it is given."""
+
+    target_layer_ids = (0, 1)
+
+    def start(self, prompt_ids, target_hidden=None):
+        self.received = [target_hidden]
+        super().start(prompt_ids, target_hidden)
+
+    def accept(self, n_accepted, new_target_hidden=None):
+        assert new_target_hidden.shape[0] == n_accepted + 1
+        self.received.append(new_target_hidden)
+        super().accept(n_accepted, new_target_hidden)
+
+
+@pytest.mark.parametrize("temperature", [0.0, TEMPERATURE])
+def test_drafter_receives_target_hidden_states_of_committed_positions(target, close_drafter, temperature):
+    """start + accept hand the drafter exactly the hidden states a full forward computes for
+    every committed position (all but the last, still-pending anchor), layer id i meaning
+    hidden_states[i + 1]."""
+    prompt, drafter = torch.tensor(PROMPTS[0]), HiddenRecordingDrafter(close_drafter)
+    rollout = speculative_generate(target, drafter, prompt, 20, 3, temperature, torch.Generator().manual_seed(2))
+    received = torch.cat(drafter.received)
+    sequence = torch.cat([prompt, rollout.tokens])
+    with torch.inference_mode():
+        hidden_states = target(sequence[None], output_hidden_states=True).hidden_states
+    expected = torch.cat([hidden_states[1][0], hidden_states[2][0]], dim=-1)
+    last_round_proposed = rollout.rounds[-1].proposed
+    committed = len(sequence) - 1 if last_round_proposed else len(sequence) - 2
+    assert received.shape == (committed, 2 * target.config.hidden_size)
+    torch.testing.assert_close(received, expected[:committed], atol=1e-4, rtol=1e-4)
+
+
+def test_eos_stops_generation(target, close_drafter):
+    prompt = torch.tensor(PROMPTS[0])
+    full = autoregressive_generate(target, prompt, 30, 0.0, None)
+    eos = int(full[7])
+    cut = full[: full.tolist().index(eos) + 1]
+    assert torch.equal(autoregressive_generate(target, prompt, 30, 0.0, None, eos_token_id=eos), cut)
+    rollout = speculative_generate(target, ModelDrafter(close_drafter), prompt, 30, 4, 0.0, None, eos_token_id=eos)
+    assert torch.equal(rollout.tokens, cut)
+
+
+def exact_joint(target, prompt: torch.Tensor, temperature: float, length: int) -> torch.Tensor:
+    """P(t_1..t_length | prompt) of the target at `temperature`, flattened in row-major
+    order, by scoring every prefix (vocab ** (length - 1) of them at the last step)."""
+    vocab = target.config.vocab_size
+    joint, prefixes = torch.ones(1), torch.empty(1, 0, dtype=torch.long)
+    with torch.inference_mode():
+        for _ in range(length):
+            logits = target(torch.cat([prompt.expand(len(prefixes), -1), prefixes], dim=1)).logits[:, -1]
+            joint = (joint[:, None] * probs_from_logits(logits, temperature)).reshape(-1)
+            prefixes = torch.cat([prefixes.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(len(prefixes))[:, None]], 1)
+    return joint
+
+
+def sequence_codes(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Row-major index of each row of `tokens` [N, length] among vocab ** length cells."""
+    powers = vocab ** torch.arange(tokens.shape[-1] - 1, -1, -1)
+    return (tokens * powers).sum(-1)
+
+
+def empirical_tv_bound(exact: np.ndarray, samples: int) -> float:
+    """A TV threshold a correct sampler exceeds with probability <= SIGNIFICANCE:
+    E[TV] <= 0.5 * sum_i sqrt(p_i (1 - p_i) / n) (Jensen), and TV moves by at most 1/n per
+    sample, so P(TV > E[TV] + t) <= exp(-2 n t^2) (McDiarmid)."""
+    mean_bound = 0.5 * np.sqrt(exact * (1 - exact) / samples).sum()
+    return float(mean_bound + np.sqrt(np.log(1 / SIGNIFICANCE) / (2 * samples)))
+
+
+SPECULATIVE_RUNS = 1000
+
+
+def test_speculative_sampling_matches_target_distribution(target, close_drafter):
+    """All four tokens of max_new_tokens=4 rollouts at temperature 0.8 with gamma = 2
+    (token 1 from the prefill; tokens 2-4 from one block, or two rounds after a rejection:
+    accepted drafts, corrections, bonus tokens, a final zero-draft round) match the exact
+    joint distribution of the target; so does plain batched sampling."""
+    prompt, length = torch.tensor(PROMPTS[0]), 4
+    vocab = target.config.vocab_size
+    exact = exact_joint(target, prompt, TEMPERATURE, length).numpy()
+    generator = torch.Generator().manual_seed(7)
+    drafter = ModelDrafter(close_drafter)
+    tokens, rounds = [], []
+    for _ in range(SPECULATIVE_RUNS):
+        rollout = speculative_generate(target, drafter, prompt, length, 2, TEMPERATURE, generator)
+        tokens.append(rollout.tokens)
+        rounds += rollout.rounds
+    speculative_counts = counts_of(sequence_codes(torch.stack(tokens), vocab), vocab**length)
+    assert 0.2 < prefix_survival(rounds)[0] < 0.95, "the test needs both acceptances and rejections"
+    assert chi_square_p_value(speculative_counts, exact) > SIGNIFICANCE
+    tv = 0.5 * np.abs(speculative_counts / SPECULATIVE_RUNS - exact).sum()
+    assert tv < empirical_tv_bound(exact, SPECULATIVE_RUNS)
+
+    plain = autoregressive_generate(target, prompt.expand(20_000, -1), length, TEMPERATURE, generator)
+    assert chi_square_p_value(counts_of(sequence_codes(plain, vocab), vocab**length), exact) > SIGNIFICANCE
+
+
+def test_model_drafter_reports_the_distributions_it_samples_from(close_drafter):
+    """Each Draft.probs row is the drafter's softmax at the temperature, given the context
+    and the drafts before it; tokens have positive probability."""
+    drafter, context = ModelDrafter(close_drafter), torch.tensor(PROMPTS[2])
+    drafter.start(context[:-1], None)
+    draft = drafter.draft(context, 3, TEMPERATURE, torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        logits = close_drafter(torch.cat([context, draft.tokens[:-1]])[None]).logits[0, -3:]
+    torch.testing.assert_close(draft.probs, probs_from_logits(logits, TEMPERATURE), atol=1e-5, rtol=1e-4)
+    assert bool((draft.probs.gather(1, draft.tokens[:, None]) > 0).all())
+
+
+# ----------------------------------------------------------------------------------------
+# Metrics
+# ----------------------------------------------------------------------------------------
+
+
+def test_metrics_on_hand_made_records():
+    # (proposed, accepted); the last round is short (near max_new_tokens).
+    records = [RoundRecord(p, a) for p, a in [(3, 3), (3, 0), (3, 1), (3, 2), (2, 2)]]
+    assert tau(records) == pytest.approx((4 + 1 + 2 + 3 + 3) / 5)
+    # k=1: 4 of 5 rounds accepted >= 1; k=2: 3 of 5; k=3: only the 4 rounds that proposed 3
+    # count, and 1 of them accepted all 3.
+    np.testing.assert_allclose(prefix_survival(records), [4 / 5, 3 / 5, 1 / 4])
+    # k=1: 4/5; k=2: among rounds with >= 1 accepted (all proposed >= 2): 3 of 4;
+    # k=3: among rounds that proposed 3 and accepted >= 2: (3,3), (3,2) -> 1 of 2.
+    alpha = conditional_acceptance(records)
+    np.testing.assert_allclose(alpha, [4 / 5, 3 / 4, 1 / 2])
+    assert expected_tau_from_conditional(alpha) == pytest.approx(1 + 0.8 + 0.8 * 0.75 + 0.8 * 0.75 * 0.5)
+    np.testing.assert_allclose(prefix_survival(records, gamma=4), [4 / 5, 3 / 5, 1 / 4, math.nan])
+
+
+def test_expected_tau_matches_tau_when_every_round_proposes_gamma():
+    rng = np.random.default_rng(0)
+    records = [RoundRecord(5, int(a)) for a in rng.integers(0, 6, size=200)]
+    assert expected_tau_from_conditional(conditional_acceptance(records)) == pytest.approx(tau(records))
+
+
+def test_conditional_acceptance_is_nan_without_denominator():
+    records = [RoundRecord(3, 0), RoundRecord(3, 0)]
+    alpha = conditional_acceptance(records)
+    assert alpha[0] == 0 and np.isnan(alpha[1:]).all()
+    assert expected_tau_from_conditional(alpha) == 1.0
+
+
+def test_metrics_reject_bad_records():
+    with pytest.raises(ValueError, match="no rounds"):
+        tau([])
+    with pytest.raises(ValueError, match="accepted <= proposed"):
+        prefix_survival([RoundRecord(2, 3)])
+    with pytest.raises(ValueError, match="probability"):
+        expected_tau_from_conditional([0.5, 1.5])

@@ -1,0 +1,171 @@
+"""The toy world of chapter 01: corpus, tokenizer, target, cache."""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from dspark_lite import cache, corpus, tokenizer as toks
+from dspark_lite.profiles import get_profile
+from dspark_lite.target import build_target, pack, reply_token_stats, train_causal_lm
+from dspark_lite.world import load_toy_world
+
+SIZES = {"train": 3, "validation": 2, "eval": 2}
+# sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
+# purpose, update it here; it must never change with the machine or the Python version.
+PINNED_DIGEST = "ec7014a5c809de669a1fe54aec13e93e5a67a1b57c5efa1c472ac8bd881f8d85"
+
+
+def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
+    corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=corpus.CorpusKnobs())
+    assert corpus.corpus_digest(tmp_path) == PINNED_DIGEST
+
+
+def test_corpus_is_seeded() -> None:
+    knobs = corpus.CorpusKnobs()
+    a = corpus.generate_records("math", "train", 20, 1, knobs)
+    assert a == corpus.generate_records("math", "train", 20, 1, knobs)
+    assert a != corpus.generate_records("math", "train", 20, 2, knobs)
+    assert a != corpus.generate_records("math", "validation", 20, 1, knobs)
+
+
+def test_math_answers_are_computed() -> None:
+    for record in corpus.generate_records("math", "train", 200, 0, corpus.CorpusKnobs()):
+        for line in record["reply"].splitlines():
+            if "=" in line:  # every "a op b = c" in a solution is true arithmetic
+                lhs, rhs = line.split("=")[-2:]
+                a, op, b = lhs.split()[-3:]
+                c = int(rhs.split()[0].rstrip("."))
+                assert {"x": int(a) * int(b), "+": int(a) + int(b), "-": int(a) - int(b), "/": int(a) // int(b)}[op] == c
+
+
+def test_code_asserts_hold() -> None:
+    for record in corpus.generate_records("code", "train", 200, 0, corpus.CorpusKnobs()):
+        exec(compile(record["reply"], "<corpus>", "exec"), {})  # raises if a computed assert is wrong
+
+
+def test_chat_skip_dependency_knob() -> None:
+    verbs = dict(corpus.AGREEMENT)
+    def agreement_rate(p: float) -> float:
+        recs = corpus.generate_records("chat", "train", 300, 0, corpus.CorpusKnobs(chat_skip_dependency=p))
+        hits = [verbs[r["reply"].split(" to ")[0].split()[-1]] in r["reply"].split(" to ")[1] for r in recs]
+        return sum(hits) / len(hits)
+    assert agreement_rate(1.0) == 1.0
+    assert agreement_rate(0.0) < 0.5
+
+
+def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="unknown domain 'poetry'.*math"):
+        corpus.generate_records("poetry", "train", 1, 0, corpus.CorpusKnobs())
+    with pytest.raises(ValueError, match="unknown split"):
+        corpus.generate_records("math", "test", 1, 0, corpus.CorpusKnobs())
+    with pytest.raises(ValueError, match="chat_branching"):
+        corpus.CorpusKnobs(chat_branching=9)
+    with pytest.raises(ValueError, match="probability"):
+        corpus.CorpusKnobs(code_style_entropy=1.5)
+
+
+def _texts() -> list[str]:
+    recs = [r for d in corpus.DOMAINS for r in corpus.generate_records(d, "train", 60, 0, corpus.CorpusKnobs())]
+    return [toks.format_chat(r["prompt"], r["reply"]) for r in recs]
+
+
+def test_tokenizer_special_tokens_template_and_roundtrip(tmp_path: Path) -> None:
+    tok = toks.train_tokenizer(_texts(), 400)
+    assert len(tok) <= 400
+    for special in toks.SPECIAL_TOKENS:
+        assert len(tok(special, add_special_tokens=False)["input_ids"]) == 1
+    assert tok.mask_token == toks.MASK and tok.eos_token == toks.EOS and tok.pad_token == toks.PAD
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], tokenize=False)
+    assert rendered == toks.format_chat("hi", "hello")
+    text = _texts()[5]
+    assert tok.decode(tok(text)["input_ids"]) == text
+    tok.save_pretrained(str(tmp_path))
+    again = toks.load_tokenizer(tmp_path)
+    assert again(text)["input_ids"] == tok(text)["input_ids"]
+
+
+def test_vocab_too_small_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="too small.*special tokens"):
+        toks.train_tokenizer(_texts(), 100)
+
+
+def test_target_trains_and_reports_stats() -> None:
+    tok = toks.train_tokenizer(_texts(), 400)
+    cfg = replace(get_profile("smoke").target, vocab_size=400, steps=12, batch_size=4, seq_len=64)
+    model = build_target(cfg, tok)
+    assert model.config.vocab_size == len(tok)
+    rows = pack([tok(t)["input_ids"] for t in _texts()], cfg.seq_len)
+    history = train_causal_lm(model, rows, rows[:4], cfg, eval_every=6)
+    assert history.val_steps == [6, 12] and len(history.train_loss) == 12
+    assert history.train_loss[-1] < history.train_loss[0]
+    stats = reply_token_stats(model, tok, ["How do I bake a loaf of bread?"] * 2, ["Of course!", "No problem!"])
+    assert 0 < stats["entropy"] < torch.log(torch.tensor(float(len(tok)))).item() + 1e-4
+    assert stats["perplexity"] > 1
+
+
+def test_target_larger_than_config_vocab_is_refused() -> None:
+    tok = toks.train_tokenizer(_texts(), 400)
+    with pytest.raises(ValueError, match="tokenizer has"):
+        build_target(replace(get_profile("smoke").target, vocab_size=300), tok)
+
+
+def _write(folder: Path) -> None:
+    (folder / "weights.bin").write_bytes(b"abc" * 100)
+
+
+def test_cache_builds_once_then_loads(tmp_path: Path) -> None:
+    calls = []
+    def build(folder: Path) -> None:
+        calls.append(folder)
+        _write(folder)
+    load = lambda folder: (folder / "weights.bin").read_bytes()
+    assert cache.load_or_build("demo", {"a": 1}, build, load, root=tmp_path) == b"abc" * 100
+    assert cache.load_or_build("demo", {"a": 1}, build, load, root=tmp_path) == b"abc" * 100
+    assert len(calls) == 1
+    cache.load_or_build("demo", {"a": 2}, build, load, root=tmp_path)
+    assert len(calls) == 2, "a different config is a different artifact"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete", "manifest"])
+def test_corrupt_cache_is_reported_with_path_and_rebuilt(tmp_path: Path, damage: str) -> None:
+    load = lambda folder: (folder / "weights.bin").read_bytes()
+    cache.load_or_build("demo", {"a": 1}, _write, load, root=tmp_path)
+    folder = next(tmp_path.glob("demo-*"))
+    if damage == "truncate":
+        (folder / "weights.bin").write_bytes(b"ab")
+    elif damage == "delete":
+        (folder / "weights.bin").unlink()
+    else:
+        (folder / cache.MANIFEST).unlink()
+    with pytest.warns(UserWarning, match=str(folder)):
+        assert cache.load_or_build("demo", {"a": 1}, _write, load, root=tmp_path) == b"abc" * 100
+    cache.verify_manifest(folder)  # healthy again
+
+
+def test_unloadable_cache_is_rebuilt(tmp_path: Path) -> None:
+    state = {"fail": True}
+    def load(folder: Path) -> bytes:
+        if state.pop("fail", False):
+            raise OSError("simulated unreadable weights")
+        return (folder / "weights.bin").read_bytes()
+    cache.load_or_build("demo", {"a": 1}, _write, lambda f: None, root=tmp_path)
+    with pytest.warns(UserWarning, match="simulated unreadable weights"):
+        assert cache.load_or_build("demo", {"a": 1}, _write, load, root=tmp_path) == b"abc" * 100
+
+
+def test_smoke_world_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    world = load_toy_world("smoke", seed=0)
+    again = load_toy_world("smoke", seed=0)  # second call loads from the cache
+    ids = world.encode_prompt(world.eval_prompts("chat")[0])
+    with torch.no_grad():
+        assert torch.equal(world.target(input_ids=ids[None]).logits, again.target(input_ids=ids[None]).logits)
+    assert len(list(tmp_path.glob("target-*"))) == 1
+    with pytest.raises(ValueError, match="empty"):
+        world.encode_prompt("   ")
