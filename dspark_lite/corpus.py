@@ -39,14 +39,16 @@ class CorpusKnobs:
     chat_branching: how many equally good alternatives each chat phrase slot offers (1-5).
     chat_skip_dependency: probability that the verb agrees with the adjective two words back.
     chat_tips: how many freely chosen tips a chat reply lists (the high-entropy spans).
+    chat_slot_options: how many alternatives each free slot inside a tip offers (1-4).
     """
 
-    math_max_number: int = 40
+    math_max_number: int = 12
     math_phrase_entropy: float = 0.1
     code_style_entropy: float = 0.3
-    chat_branching: int = 4
+    chat_branching: int = 5
     chat_skip_dependency: float = 1.0
-    chat_tips: int = 3
+    chat_tips: int = 5
+    chat_slot_options: int = 4
 
     def __post_init__(self) -> None:
         if self.math_max_number < 5:
@@ -59,6 +61,8 @@ class CorpusKnobs:
             raise ValueError(f"chat_branching must be in 1..5, got {self.chat_branching}")
         if not 1 <= self.chat_tips <= 5:
             raise ValueError(f"chat_tips must be in 1..5, got {self.chat_tips}")
+        if not 1 <= self.chat_slot_options <= 4:
+            raise ValueError(f"chat_slot_options must be in 1..4, got {self.chat_slot_options}")
 
 
 class Rng:
@@ -248,7 +252,7 @@ ACCS = ("total", "result", "acc", "count", "out", "answer")
 
 
 def _code_list(rng: Rng) -> list[int]:
-    return [rng.int(-9, 20) for _ in range(rng.int(3, 6))]
+    return [rng.int(-5, 12) for _ in range(rng.int(3, 4))]
 
 
 def _code_reduce(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
@@ -369,48 +373,60 @@ def code_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
 
 # --------------------------------------------------------------------------------------
 # chat
-# Topics: (request, subject noun, tip pool). Tips are the high-entropy spans.
+# Topics: (request, subject noun, tip pool). Tips are the high-entropy spans: which tips, in
+# which order, and inside each tip a free slot {a|b|c|d} that the target itself samples.
 CHAT_TOPICS = (
     ("plan a trip to the coast", "trip", (
-        "book your train tickets early", "pack a light rain jacket", "visit the old harbour at sunrise",
-        "try the fish soup at a small cafe", "walk along the cliffs in the afternoon", "keep some cash for the markets",
-        "check the tide times before a beach walk", "stay in a guest house near the station")),
+        "book your {train|bus|ferry|plane} tickets early", "pack a light {rain jacket|sweater|scarf|hat}",
+        "visit the old harbour at {sunrise|sunset|noon|night}", "try the {fish soup|grilled sardines|lemon cake|fresh bread} at a small cafe",
+        "walk along the {cliffs|beach|river|harbour} in the {afternoon|morning|evening|rain}",
+        "keep some {cash|coins|snacks|water} for the markets", "check the {tide|bus|ferry|museum} times the day before",
+        "stay in a {guest house|small hotel|hostel|cottage} near the {station|beach|centre|harbour}")),
     ("bake a loaf of bread", "bread", (
-        "use warm water for the dough", "let the dough rest for an hour", "knead it until it feels smooth",
-        "preheat the oven for twenty minutes", "add a pinch of salt to the flour", "bake it on the middle shelf",
-        "let the loaf cool before slicing it", "dust the top with a little flour")),
+        "use {warm|cold|fresh|filtered} water for the dough", "let the dough rest for {an hour|two hours|a night|forty minutes}",
+        "knead it until it feels {smooth|soft|elastic|springy}", "preheat the oven for {twenty|thirty|fifteen|forty} minutes",
+        "add a pinch of {salt|sugar|honey|seeds} to the flour", "bake it on the {middle|lower|top|second} shelf",
+        "let the loaf cool {before slicing it|on a rack|for an hour|under a towel}", "dust the top with a little {flour|oats|seeds|water}")),
     ("keep my basil plant alive", "plant", (
-        "water it when the soil feels dry", "give it six hours of sunlight", "pinch off the flowers as they appear",
-        "use a pot with drainage holes", "turn the pot every few days", "feed it once a month",
-        "harvest the top leaves first", "keep it away from cold windows")),
+        "water it when the soil feels {dry|light|warm|dusty}", "give it {six|five|eight|seven} hours of sunlight",
+        "pinch off the {flowers|buds|tips|stems} as they appear", "use a {clay|plastic|ceramic|wide} pot with drainage holes",
+        "turn the pot every {few days|week|morning|other day}", "feed it {once a month|every two weeks|in spring|lightly}",
+        "harvest the {top|young|large|outer} leaves first", "keep it away from {cold windows|the heater|strong wind|the oven}")),
     ("start running in the mornings", "running", (
-        "begin with short and easy runs", "buy a pair of good shoes", "stretch gently after each run",
-        "drink a glass of water before you leave", "run with a friend for motivation", "rest on at least two days a week",
-        "track your distance in a small notebook", "go to bed a little earlier")),
+        "begin with {short|easy|slow|gentle} runs", "buy a pair of {good|light|cheap|soft} shoes",
+        "stretch {gently|slowly|well|briefly} after each run", "drink a glass of {water|juice|milk|tea} before you leave",
+        "run with a {friend|neighbour|dog|group} for motivation", "rest on at least {two|three|one|four} days a week",
+        "track your {distance|time|pace|mood} in a small notebook", "go to bed {a little earlier|on time|before ten|without your phone}")),
     ("study for a history exam", "exam", (
-        "make a timeline of the key events", "test yourself with flash cards", "study in short blocks with breaks",
-        "explain each topic out loud", "review your notes every evening", "practise with old exam questions",
-        "sleep well the night before", "form a small study group")),
+        "make a {timeline|map|chart|list} of the key events", "test yourself with {flash cards|a friend|old quizzes|short notes}",
+        "study in {short|focused|quiet|regular} blocks with breaks", "explain each topic {out loud|to a friend|in writing|in one sentence}",
+        "review your notes every {evening|morning|weekend|day}", "practise with old exam {questions|papers|essays|answers}",
+        "sleep {well|early|enough|deeply} the night before", "form a small study {group|circle|team|pair}")),
     ("learn to play the guitar", "guitar", (
-        "practise for fifteen minutes every day", "learn three simple chords first", "keep your guitar in tune",
-        "play along with songs you love", "use a metronome to keep time", "trim your nails on the left hand",
-        "record yourself and listen back", "take a short lesson with a teacher")),
+        "practise for {fifteen|twenty|ten|thirty} minutes every day", "learn {three|four|two|five} simple chords first",
+        "keep your guitar {in tune|clean|in its case|near you}", "play along with songs you {love|know|hum|enjoy}",
+        "use a {metronome|drum track|timer|tuner} to keep time", "trim your nails on the {left|right|fretting|picking} hand",
+        "record yourself and listen {back|again|closely|later}", "take a short lesson with a {teacher|friend|video|neighbour}")),
     ("write a short story", "story", (
-        "start with a character who wants something", "write the first draft quickly", "read your dialogue out loud",
-        "cut the scenes that do not move the plot", "end with a small surprise", "choose one clear point of view",
-        "show the feelings through actions", "ask a friend to read the draft")),
+        "start with a character who wants {something|a secret|to leave|to win}", "write the first draft {quickly|by hand|in one sitting|at night}",
+        "read your dialogue {out loud|twice|slowly|to a friend}", "cut the scenes that do not move the {plot|story|hero|ending}",
+        "end with a {small surprise|quiet moment|question|twist}", "choose one clear point of {view|focus|conflict|tension}",
+        "show the feelings through {actions|dialogue|details|gestures}", "ask a {friend|reader|teacher|neighbour} to read the draft")),
     ("save money on groceries", "budget", (
-        "make a shopping list before you go", "buy fruit and vegetables in season", "cook large meals and freeze portions",
-        "compare prices per kilogram", "avoid shopping when you are hungry", "choose the store brand",
-        "plan your meals for the week", "use what is already in the fridge")),
+        "make a shopping list before you {go|leave|shop|plan}", "buy fruit and vegetables in {season|bulk|the market|the evening}",
+        "cook large meals and freeze {portions|leftovers|half|soups}", "compare prices per {kilogram|litre|portion|item}",
+        "avoid shopping when you are {hungry|tired|rushed|bored}", "choose the {store brand|plain version|bigger pack|loose fruit}",
+        "plan your meals for the {week|weekend|month|next days}", "use what is already in the {fridge|freezer|cupboard|pantry}")),
     ("set up a small aquarium", "aquarium", (
-        "let the water cycle for two weeks", "choose hardy fish for a start", "test the water every week",
-        "add a few live plants", "do not overfeed the fish", "change a quarter of the water weekly",
-        "keep the tank away from direct sunlight", "add the fish a few at a time")),
+        "let the water cycle for {two|three|four|six} weeks", "choose {hardy|small|calm|peaceful} fish for a start",
+        "test the water every {week|few days|month|morning}", "add a few {live plants|stones|hiding places|shells}",
+        "do not {overfeed|crowd|move|startle} the fish", "change a {quarter|fifth|third|little} of the water weekly",
+        "keep the tank away from {direct sunlight|the radiator|the door|loud speakers}", "add the fish {a few at a time|slowly|in pairs|after a week}")),
     ("get better sleep", "sleep", (
-        "keep the same bedtime every night", "avoid screens for an hour before bed", "keep the bedroom cool and dark",
-        "skip coffee after lunch", "write down your worries before bed", "get some daylight in the morning",
-        "keep naps short", "read a calm book in bed")),
+        "keep the same {bedtime|routine|wake time|schedule} every night", "avoid screens for {an hour|two hours|a while|thirty minutes} before bed",
+        "keep the bedroom {cool and dark|quiet|tidy|fresh}", "skip {coffee|tea|cola|chocolate} after lunch",
+        "write down your {worries|plans|thoughts|tasks} before bed", "get some {daylight|fresh air|exercise|sun} in the morning",
+        "keep naps {short|early|rare|under half an hour}", "read a {calm|short|paper|boring} book in bed")),
 )
 ASKS = ("Can you help me {req}?", "How do I {req}?", "I want to {req}. Any advice?", "What is the best way to {req}?")
 # Multi-token openers that collide under a parallel drafter.
@@ -420,11 +436,22 @@ AGREEMENT = (("happy", "help"), ("glad", "assist"), ("pleased", "explain"), ("de
 LEADS = ("Here are a few ideas.", "Here is what works well.", "These tips should help.", "Try these steps.", "A few things matter most.")
 ORDINALS = (("First,", "To start,", "Begin by making sure to", "Step one:", "Most importantly,"),
             ("Next,", "Then,", "After that,", "Also,", "Second,"),
-            ("Finally,", "Lastly,", "On top of that,", "And of course,", "One more thing:"),
-            ("Beyond that,", "In addition,", "Besides,", "Plus,", "Another idea:"),
-            ("Last of all,", "To finish,", "In the end,", "As a bonus,", "Even better,"))
+            ("Beyond that,", "In addition,", "Besides,", "Another idea:", "As well,"),
+            ("On top of that,", "What is more,", "Moreover,", "It also helps to", "Try to"),
+            ("Plus,", "Also remember to", "Do not forget to", "It is wise to", "You can also"))
+FINALS = ("Finally,", "Lastly,", "Last of all,", "And of course,", "One more thing:")
 CLOSERS = ("I hope this helps!", "Hope that helps!", "Let me know how it goes!", "Good luck!", "Have fun with it!")
 WISHES = ("Enjoy your {noun}!", "Good luck with your {noun}!", "Have fun with your {noun}!", "All the best with your {noun}!", "I hope your {noun} goes well!")
+
+
+def fill_slots(rng: Rng, template: str, options: int) -> str:
+    """Replace every {a|b|c|d} slot by one of its first `options` alternatives."""
+    parts = template.split("{")
+    out = [parts[0]]
+    for part in parts[1:]:
+        slot, rest = part.split("}", 1)
+        out.append(rng.choice(slot.split("|")[:options]) + rest)
+    return "".join(out)
 
 
 def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
@@ -436,8 +463,10 @@ def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
     if rng.uniform() >= knobs.chat_skip_dependency:  # break the agreement on purpose
         verb = rng.choice(AGREEMENT[:b])[1]
     lines = [f"{rng.choice(OPENERS[:b])} I would be {adjective} to {verb}. {rng.choice(LEADS[:b])}"]
-    for i, tip in enumerate(rng.sample(tips, knobs.chat_tips)):
-        lines.append(f"{rng.choice(ORDINALS[i][:b])} {tip}.")
+    chosen = rng.sample(tips, knobs.chat_tips)
+    for i, tip in enumerate(chosen):
+        ordinal = FINALS if i == len(chosen) - 1 and i > 0 else ORDINALS[i]
+        lines.append(f"{rng.choice(ordinal[:b])} {fill_slots(rng, tip, knobs.chat_slot_options)}.")
     lines.append(f"{rng.choice(CLOSERS[:b])} {rng.choice(WISHES[:b]).format(noun=noun)}")
     return prompt, "\n".join(lines)
 

@@ -63,11 +63,11 @@ class Profile:
 
 _FULL = Profile(
     name="full",
-    corpus=CorpusSize(train=6000, validation=300, eval_prompts=40),
+    corpus=CorpusSize(train=5000, validation=200, eval_prompts=40),
     target=TargetConfig(
-        vocab_size=4096, hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=2,
+        vocab_size=2048, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
         head_dim=64, intermediate_size=768, max_positions=512, seq_len=256,
-        batch_size=32, steps=1200, lr=3e-3, warmup_steps=60,
+        batch_size=16, steps=800, lr=3e-3, warmup_steps=40,
     ),
     draft_lm=TargetConfig(
         vocab_size=2048, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
