@@ -70,8 +70,8 @@ _FULL = Profile(
         batch_size=16, steps=800, lr=3e-3, warmup_steps=40,
     ),
     draft_lm=TargetConfig(
-        vocab_size=2048, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
-        head_dim=64, intermediate_size=384, max_positions=512, seq_len=256,
+        vocab_size=2048, hidden_size=96, num_layers=2, num_heads=2, num_kv_heads=1,
+        head_dim=48, intermediate_size=256, max_positions=512, seq_len=256,
         batch_size=16, steps=200, lr=3e-3, warmup_steps=20,
     ),
     decode_prompts=6,
