@@ -39,7 +39,7 @@ book: venv vendor
 	$(PY) ci/build_book.py --executed _build/executed --out .
 
 test: venv vendor chromium
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=12
 
 clean:
 	rm -rf _build

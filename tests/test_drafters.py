@@ -1,0 +1,299 @@
+"""Tests for dspark_lite.drafters and dspark_lite.training (chapter 03), on tiny random
+Qwen3 targets (vocab 48, hidden 32): seconds in total."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from dspark_lite.drafters import (
+    AnchorBatch,
+    DFlashConfig,
+    DFlashDrafter,
+    EagleConfig,
+    EagleDrafter,
+)
+from dspark_lite.speculative import Drafter, autoregressive_generate, select_target_hidden, speculative_generate
+from dspark_lite.training import (
+    DrafterTrainConfig,
+    TrainingSequences,
+    evaluate_drafter,
+    generate_training_sequences,
+    train_drafter,
+)
+
+VOCAB, MASK_ID, EOS_ID, PAD_ID = 48, 47, 46, 45
+LAYER_IDS = (0, 2)
+GAMMA = 4
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and the machine is shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def tiny_target(seed: int = 0, logit_scale: float = 4.0) -> Qwen3ForCausalLM:
+    """A random 3-layer Qwen3 with tied embeddings; `logit_scale` sharpens its outputs."""
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=256, tie_word_embeddings=True,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def target() -> Qwen3ForCausalLM:
+    return tiny_target()
+
+
+def dflash(target, num_layers: int = 2, seed: int = 1) -> DFlashDrafter:
+    return DFlashDrafter(target, DFlashConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA,
+                                              num_layers=num_layers), seed=seed)
+
+
+def eagle(target, seed: int = 1) -> EagleDrafter:
+    return EagleDrafter(target, EagleConfig(LAYER_IDS, ttt_length=GAMMA), seed=seed)
+
+
+def hidden_of(target, ids: torch.Tensor) -> torch.Tensor:
+    """The target's selected layers for a batch of sequences [B, T] -> [B, T, m*H]."""
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+    return select_target_hidden(out.hidden_states, LAYER_IDS)
+
+
+def random_ids(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randint(0, PAD_ID, shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------
+# The block attention mask and batching
+# ----------------------------------------------------------------------------------------
+
+
+def test_block_never_sees_context_at_or_after_its_anchor(target):
+    drafter = dflash(target)
+    ids = random_ids(0, 1, 20)
+    hidden, anchor = hidden_of(target, ids), torch.tensor([9])
+    block = drafter.make_block_ids(ids[:, 9])
+    reference = drafter.block_logits(hidden, block, anchor)
+    later = hidden.clone()
+    later[:, 9:] += torch.randn_like(later[:, 9:])
+    assert torch.equal(drafter.block_logits(later, block, anchor), reference)
+    earlier = hidden.clone()
+    earlier[:, 8] += torch.randn_like(earlier[:, 8])
+    assert not torch.allclose(drafter.block_logits(earlier, block, anchor), reference, atol=1e-4)
+
+
+def test_eagle_training_never_sees_features_at_or_after_the_anchor(target):
+    drafter = eagle(target)
+    ids = random_ids(1, 1, 20)
+    hidden, anchors = hidden_of(target, ids), torch.tensor([[9]])
+    reference = drafter.train_logits(AnchorBatch(ids, hidden, anchors)).logits
+    later = hidden.clone()
+    later[:, 9:] += torch.randn_like(later[:, 9:])
+    assert torch.equal(drafter.train_logits(AnchorBatch(ids, later, anchors)).logits, reference)
+    earlier = hidden.clone()
+    earlier[:, 8] += torch.randn_like(earlier[:, 8])
+    assert not torch.allclose(drafter.train_logits(AnchorBatch(ids, earlier, anchors)).logits, reference, atol=1e-4)
+
+
+def test_block_logits_do_not_depend_on_batch_composition(target):
+    drafter = dflash(target)
+    short, long = random_ids(2, 1, 12), random_ids(3, 1, 20)
+    padded = torch.cat([short, torch.full((1, 8), PAD_ID)], dim=1)
+    alone = drafter.block_logits(hidden_of(target, short), drafter.make_block_ids(short[:, 6]), torch.tensor([6]))
+    # a batch: the short sequence (padded) with anchors 6 and 10, the long one with anchors 15 and 3
+    ids = torch.cat([padded, long])
+    anchors = torch.tensor([[6, 10], [15, 3]])
+    blocks = drafter.make_block_ids(ids.gather(1, anchors))
+    batched = drafter.block_logits(hidden_of(target, ids), blocks, anchors)
+    assert batched.shape == (2, 2, GAMMA, VOCAB)
+    torch.testing.assert_close(batched[0, 0], alone[0], atol=1e-5, rtol=1e-5)
+    long_alone = drafter.block_logits(hidden_of(target, long), drafter.make_block_ids(long[:, 3]), torch.tensor([3]))
+    torch.testing.assert_close(batched[1, 1], long_alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_eagle_training_logits_do_not_depend_on_batch_composition(target):
+    drafter = eagle(target)
+    short, long = random_ids(4, 1, 12), random_ids(5, 1, 20)
+    ids = torch.cat([torch.cat([short, torch.full((1, 8), PAD_ID)], dim=1), long])
+    alone = drafter.train_logits(AnchorBatch(short, hidden_of(target, short), torch.tensor([[5]]))).logits
+    batched = drafter.train_logits(AnchorBatch(ids, hidden_of(target, ids), torch.tensor([[5, 2], [14, 7]]))).logits
+    torch.testing.assert_close(batched[0, 0], alone[0, 0], atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------
+# The Drafter protocol agrees with the training forward
+# ----------------------------------------------------------------------------------------
+
+
+def run_protocol(drafter, target, prompt: torch.Tensor, accepted: list[int], gamma: int, seed: int):
+    """start on the prompt, then rounds that accept `accepted[i]` drafts of each draft (the
+    correction token = the next random id); returns the full sequence and the last draft."""
+    sequence = torch.cat([prompt, random_ids(seed, 1)])
+    drafter.start(prompt, hidden_of(target, prompt[None])[0, : prompt.shape[0]])
+    generator = torch.Generator().manual_seed(seed)
+    for n_accepted in accepted:
+        draft = drafter.draft(sequence, gamma, 1.0, generator)
+        new = torch.cat([sequence[-1:], draft.tokens[:n_accepted]])
+        committed = torch.cat([sequence, draft.tokens[:n_accepted]])
+        drafter.accept(n_accepted, hidden_of(target, committed[None])[0, -new.shape[0]:])
+        sequence = torch.cat([committed, random_ids(seed + n_accepted + sequence.shape[0], 1)])
+    return sequence, drafter.draft(sequence, gamma, 1.0, generator)
+
+
+def test_dflash_draft_equals_block_logits(target):
+    drafter = dflash(target)
+    assert isinstance(drafter, Drafter)
+    sequence, draft = run_protocol(drafter, target, random_ids(6, 7), [2, 0, 3], GAMMA - 1, seed=6)
+    anchor = sequence.shape[0] - 1
+    logits = drafter.block_logits(hidden_of(target, sequence[None]), drafter.make_block_ids(sequence[-1:]),
+                                  torch.tensor([anchor]))
+    assert draft.probs.dtype == torch.float32 and draft.gamma == GAMMA - 1
+    torch.testing.assert_close(draft.probs, torch.softmax(logits[0, : GAMMA - 1], -1), atol=1e-5, rtol=1e-4)
+
+
+def test_eagle_draft_equals_training_forward_on_its_own_tokens(target):
+    drafter = eagle(target)
+    assert isinstance(drafter, Drafter)
+    sequence, draft = run_protocol(drafter, target, random_ids(7, 6), [1, 3, 0], GAMMA, seed=7)
+    anchor = sequence.shape[0] - 1
+    teacher = torch.cat([sequence, draft.tokens])[None]
+    logits = drafter.train_logits(AnchorBatch(teacher, hidden_of(target, teacher), torch.tensor([[anchor]]))).logits
+    torch.testing.assert_close(draft.probs, torch.softmax(logits[0, 0], -1), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("make", [dflash, eagle], ids=["dflash", "eagle"])
+def test_greedy_speculative_decoding_reproduces_the_target(target, make):
+    drafter = make(target)
+    for seed in range(3):
+        prompt = random_ids(10 + seed, 5 + seed)
+        expected = autoregressive_generate(target, prompt, 40, 0.0, None)
+        rollout = speculative_generate(target, drafter, prompt, 40, GAMMA, 0.0, None)
+        assert torch.equal(rollout.tokens, expected)
+
+
+def test_sampled_speculative_decoding_runs_with_exact_draft_probabilities(target):
+    for drafter in (dflash(target), eagle(target)):
+        rollout = speculative_generate(target, drafter, random_ids(20, 6), 30, GAMMA, 1.0,
+                                       torch.Generator().manual_seed(0))
+        assert rollout.tokens.shape == (30,)
+
+
+# ----------------------------------------------------------------------------------------
+# Configuration errors, weight sharing, DeepSpec names
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"target_layer_ids": (0, 3)}, "out of range"),
+    ({"target_layer_ids": (-1,)}, "out of range"),
+    ({"target_layer_ids": ()}, "empty"),
+    ({"target_layer_ids": (2, 1)}, "strictly increasing"),
+    ({"block_size": 0}, "gamma"),
+    ({"mask_token_id": VOCAB}, "mask_token_id"),
+    ({"num_layers": 0}, "num_layers"),
+])
+def test_bad_dflash_configs_raise_clear_errors(target, kwargs, message):
+    fields = {"target_layer_ids": LAYER_IDS, "mask_token_id": MASK_ID, "block_size": GAMMA, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        DFlashDrafter(target, DFlashConfig(**fields))
+
+
+def test_bad_eagle_config_and_misuse_raise_clear_errors(target):
+    with pytest.raises(ValueError, match="out of range"):
+        EagleDrafter(target, EagleConfig((5,)))
+    with pytest.raises(ValueError, match="gamma"):
+        EagleDrafter(target, EagleConfig(LAYER_IDS, ttt_length=0))
+    drafter = dflash(target)
+    with pytest.raises(ValueError, match="before start"):
+        drafter.draft(random_ids(0, 5), 2, 0.0, None)
+    prompt = random_ids(0, 5)
+    drafter.start(prompt, hidden_of(target, prompt[None])[0])
+    with pytest.raises(ValueError, match="block_size"):
+        drafter.draft(torch.cat([prompt, prompt[:1]]), GAMMA + 1, 0.0, None)
+    with pytest.raises(ValueError, match="accept"):
+        drafter.draft(torch.cat([prompt, prompt[:3]]), 2, 0.0, None)
+
+
+@pytest.mark.parametrize("make", [dflash, eagle], ids=["dflash", "eagle"])
+def test_embedding_and_lm_head_are_the_targets_and_stay_frozen(make):
+    target = tiny_target(seed=3)
+    drafter = make(target)
+    assert drafter.shared.embed_tokens is target.get_input_embeddings()
+    assert drafter.shared.lm_head is target.get_output_embeddings()
+    target_params = {id(p) for p in target.parameters()}
+    assert not any(id(p) in target_params for p in drafter.parameters())
+    assert not any(k.startswith(("embed_tokens", "lm_head", "shared")) for k in drafter.state_dict())
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    sequences = TrainingSequences([random_ids(s, 14) for s in range(4)], [4] * 4, PAD_ID)
+    train_drafter(drafter, target, sequences, DrafterTrainConfig(steps=2, sequences_per_batch=2, warmup_steps=0))
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+    assert all(p.grad is None for p in target.parameters())
+
+
+LAYER_KEYS = [
+    "input_layernorm.weight", "post_attention_layernorm.weight",
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+]
+
+
+def test_state_dict_keys_follow_deepspec(target):
+    """Names of deepspec/modeling/dspark/qwen3/modeling.py (Qwen3DSparkModel without its
+    Markov/confidence heads) and deepspec/modeling/eagle3/qwen3/modeling.py (Qwen3Eagle3Model),
+    less the target's embed_tokens / lm_head copies that DeepSpec checkpoints carry."""
+    dflash_keys = {"fc.weight", "hidden_norm.weight", "norm.weight"} | {
+        f"layers.{i}.{k}" for i in range(2) for k in LAYER_KEYS}
+    assert set(dflash(target).state_dict()) == dflash_keys
+    eagle_keys = {"fc.weight", "norm.weight", "layers.0.hidden_norm.weight"} | {f"layers.0.{k}" for k in LAYER_KEYS}
+    assert set(eagle(target).state_dict()) == eagle_keys
+    shapes = {k: tuple(v.shape) for k, v in eagle(target).state_dict().items()}
+    assert shapes["fc.weight"] == (32, 2 * 32) and shapes["layers.0.self_attn.q_proj.weight"] == (4 * 8, 2 * 32)
+
+
+# ----------------------------------------------------------------------------------------
+# Training data and the trainer
+# ----------------------------------------------------------------------------------------
+
+
+def stub_tokenizer() -> SimpleNamespace:
+    return SimpleNamespace(eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+
+
+def test_batched_reply_generation_matches_the_target_greedy(target):
+    prompts = [random_ids(30 + i, 3 + 2 * i) for i in range(4)]
+    data = generate_training_sequences(target, stub_tokenizer(), prompts, 12, 0.0, None, batch_size=4)
+    assert len(data) == len(prompts)
+    for prompt, sequence, prompt_length in zip(prompts, data.sequences, data.prompt_lengths):
+        assert prompt_length == prompt.shape[0] and torch.equal(sequence[:prompt_length], prompt)
+        expected = autoregressive_generate(target, prompt, 12, 0.0, None, eos_token_id=EOS_ID)
+        assert torch.equal(sequence[prompt_length:], expected)
+
+
+@pytest.mark.parametrize("make", [dflash, eagle], ids=["dflash", "eagle"])
+def test_a_few_training_steps_reduce_the_loss(make):
+    target = tiny_target(seed=4)
+    prompts = [random_ids(40 + i, 4 + i % 3) for i in range(16)]
+    data = generate_training_sequences(target, stub_tokenizer(), prompts, 16, 1.0, torch.Generator().manual_seed(0),
+                                       batch_size=16)
+    drafter = make(target)
+    cfg = DrafterTrainConfig(steps=30, sequences_per_batch=4, anchors_per_sequence=8, lr=1e-2, warmup_steps=2)
+    before = evaluate_drafter(drafter, target, data, cfg, seed=1)
+    history = train_drafter(drafter, target, data, cfg, seed=0)
+    after = evaluate_drafter(drafter, target, data, cfg, seed=1)
+    assert len(history.loss) == cfg.steps and len(history.prefix_survival_tv[-1]) == GAMMA
+    assert after["loss"] < 0.9 * before["loss"]
+    assert after["expected_tau_tv"] > before["expected_tau_tv"]
