@@ -512,7 +512,13 @@ def write_corpus(folder: Path, sizes: dict[str, int], seed: int, knobs: CorpusKn
 def load_split(folder: Path, split: str, domains: Sequence[str] = DOMAINS) -> datasets.Dataset:
     """One split of the written corpus as a `datasets.Dataset` (all requested domains)."""
     files = [str(Path(folder) / f"{check_domain(d)}_{split}.jsonl") for d in domains]
-    return datasets.load_dataset("json", data_files=files, split="train", cache_dir=str(Path(folder) / ".hf"))
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # a few thousand lines of JSON need no progress bar
+    try:
+        return datasets.load_dataset("json", data_files=files, split="train", cache_dir=str(Path(folder) / ".hf"))
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
 
 
 def corpus_digest(folder: Path) -> str:

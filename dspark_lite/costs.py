@@ -39,18 +39,20 @@ def forward_latency_curve(
     context = torch.randint(0, vocab, (1, context_len), generator=generator).to(device)
     cache = DynamicCache(config=model.config)
     model(input_ids=context, cache=cache, use_cache=True)
-    curve: dict[int, float] = {}
-    for q in tqdm(query_counts, desc="latency vs query tokens", leave=False):
-        queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
-        positions = torch.arange(context_len, context_len + q, device=device)[None]
-        times = []
-        for i in range(warmup + repeats):
+    times: dict[int, list[float]] = {q: [] for q in query_counts}
+    order = list(query_counts)
+    # Round-robin over q in a fresh random order each repeat, so slow drifts of the machine
+    # (frequency, other processes) spread over every q instead of biasing a few.
+    for i in tqdm(range(warmup + repeats), desc="latency vs query tokens", leave=False):
+        for j in torch.randperm(len(order), generator=generator).tolist():
+            q = order[j]
+            queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
+            positions = torch.arange(context_len, context_len + q, device=device)[None]
             _sync(device)
             start = time.perf_counter()
             model(input_ids=queries, cache=cache, use_cache=True, position_ids=positions)
             _sync(device)
             if i >= warmup:
-                times.append(time.perf_counter() - start)
+                times[q].append(time.perf_counter() - start)
             cache.crop(-q)  # transformers 5.x: a negative count removes tokens
-        curve[q] = statistics.median(times)
-    return curve
+    return {q: statistics.median(t) for q, t in times.items()}

@@ -169,3 +169,18 @@ def test_smoke_world_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert len(list(tmp_path.glob("target-*"))) == 1
     with pytest.raises(ValueError, match="empty"):
         world.encode_prompt("   ")
+
+
+def test_latency_curve_covers_every_query_count_and_rejects_bad_input() -> None:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from dspark_lite.costs import forward_latency_curve
+
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=16, intermediate_size=64))
+    curve = forward_latency_curve(model, 16, [1, 2, 4, 8], repeats=2, warmup=1)
+    assert sorted(curve) == [1, 2, 4, 8] and all(t > 0 for t in curve.values())
+    with pytest.raises(ValueError, match="query counts"):
+        forward_latency_curve(model, 16, [0, 2])
+    with pytest.raises(ValueError, match="repeats"):
+        forward_latency_curve(model, 16, [1], repeats=0)
