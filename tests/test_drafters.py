@@ -29,13 +29,7 @@ LAYER_IDS = (0, 2)
 GAMMA = 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread, and the machine is shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_target(seed: int = 0, logit_scale: float = 4.0) -> Qwen3ForCausalLM:
