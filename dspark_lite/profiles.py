@@ -81,7 +81,7 @@ _FULL = Profile(
     cost_repeats=15,
     spec_prompts=8,
     spec_new_tokens=96,
-    race_repeats=5,
+    race_repeats=9,
     gammas=(1, 2, 3, 4, 6, 8),
 )
 
