@@ -43,6 +43,23 @@ def fast_autocast(device: torch.device) -> torch.autocast:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
+def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, schedule, parameters,
+                   max_grad_norm: float = 1.0) -> None:
+    """Backward, clip the gradient norm, step the optimiser and the schedule, clear gradients
+    (chapter 01; the drafter trainer of chapter 03 uses it too)."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def check_finite(desc: str, loss: float) -> None:
+    """Raise if a training run ended with a non-finite loss."""
+    if not math.isfinite(loss):
+        raise RuntimeError(f"{desc}: training diverged (final loss {loss})")
+
+
 def pack(sequences: list[list[int]], seq_len: int) -> torch.Tensor:
     """Concatenate token sequences and cut them into rows of seq_len + 1 (inputs and shifted labels)."""
     flat = [t for seq in sequences for t in seq]
@@ -109,11 +126,7 @@ def train_causal_lm(
         with fast_autocast(device):
             logits = model(input_ids=batch[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(loss, opt, sched, model.parameters())
         history.train_loss.append(loss.item())
         if step % eval_every == 0 or step == cfg.steps:
             history.val_steps.append(step)
@@ -121,8 +134,7 @@ def train_causal_lm(
             bar.set_postfix(train=f"{loss.item():.3f}", val=f"{history.val_loss[-1]:.3f}")
     model.eval()
     history.seconds = time.perf_counter() - start
-    if not math.isfinite(history.train_loss[-1]):
-        raise RuntimeError(f"{desc}: training diverged (final loss {history.train_loss[-1]})")
+    check_finite(desc, history.train_loss[-1])
     return history
 
 

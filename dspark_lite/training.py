@@ -18,7 +18,6 @@ Any drafter with `train_logits(AnchorBatch) -> BlockOutput | Tensor`, a `block_s
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase,
 
 from .drafters import AnchorBatch, BlockOutput
 from .speculative import sample_token, select_target_hidden
-from .target import fast_autocast
+from .target import check_finite, fast_autocast, optimizer_step
 
 
 class TrainableDrafter(Protocol):
@@ -402,17 +401,12 @@ def train_drafter(drafter: TrainableDrafter, target: PreTrainedModel, sequences:
     bar = tqdm(range(cfg.steps), desc=desc)
     for _ in bar:
         loss, parts = anchor_step(drafter, target, sequences, next(batches), cfg, generator)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer_step(loss, optimizer, schedule, parameters, cfg.max_grad_norm)
         history.record(loss.item(), parts)
         bar.set_postfix(loss=f"{loss.item():.3f}", tau_tv=f"{parts['expected_tau_tv']:.2f}")
     drafter.eval()
     history.seconds = time.perf_counter() - start
-    if not math.isfinite(history.loss[-1]):
-        raise RuntimeError(f"{desc}: training diverged (final loss {history.loss[-1]})")
+    check_finite(desc, history.loss[-1])
     return history
 
 
