@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from .speculative import ModelDrafter, autoregressive_generate, speculative_generate
+from .speculative import autoregressive_generate, speculative_generate
 
 Decoder = Callable[[torch.Tensor], torch.Tensor]
 
@@ -63,5 +63,3 @@ def race(decoders: dict[str, Decoder], prompts: list[torch.Tensor], repeats: int
     return {name: {"tokens_per_s": statistics.median(v), "tokens_per_s_all": v, "tokens": tokens[name]}
             for name, v in speeds.items()}
 
-
-__all__ = ["race", "target_only", "ours", "assisted", "ModelDrafter"]

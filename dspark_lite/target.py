@@ -6,6 +6,7 @@ on the real model.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -103,8 +104,6 @@ def train_causal_lm(
 
     Validation loss is measured every `eval_every` steps on the first 64 validation rows.
     """
-    import time
-
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
