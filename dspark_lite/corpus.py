@@ -42,9 +42,9 @@ class CorpusKnobs:
     chat_slot_options: how many alternatives each free slot inside a tip offers (1-4).
     """
 
-    math_max_number: int = 12
-    math_phrase_entropy: float = 0.1
-    code_style_entropy: float = 0.3
+    math_max_number: int = 6
+    math_phrase_entropy: float = 0.0
+    code_style_entropy: float = 0.1
     chat_branching: int = 5
     chat_skip_dependency: float = 1.0
     chat_tips: int = 5

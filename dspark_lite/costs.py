@@ -1,4 +1,5 @@
-"""What a target forward costs: latency against the number of query tokens (chapter 01).
+"""What a forward costs: the target's latency against the number of query tokens (chapter
+01), and a drafter's latency against the number of drafted tokens (chapter 03).
 
 Verifying gamma drafted tokens takes ONE target forward over gamma + 1 query tokens on top
 of the cached context. On any hardware that forward costs far less than gamma + 1 separate
@@ -13,6 +14,8 @@ import time
 import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
+
+from .speculative import Drafter, select_target_hidden
 
 
 def _sync(device: torch.device) -> None:
@@ -56,3 +59,46 @@ def forward_latency_curve(
                 times[q].append(time.perf_counter() - start)
             cache.crop(-q)  # transformers 5.x: a negative count removes tokens
     return {q: statistics.median(t) for q, t in times.items()}
+
+
+@torch.inference_mode()
+def draft_latency_curve(
+    drafters: dict[int, Drafter], target: PreTrainedModel, context_ids: torch.Tensor, repeats: int = 10,
+    warmup: int = 2, seed: int = 0,
+) -> dict[int, float]:
+    """Median seconds of one steady-state draft call of gamma tokens, for each gamma in
+    `drafters` (gamma -> a drafter able to draft gamma tokens) (chapter 03).
+
+    Each timed call follows a round that accepted nothing: the drafter holds the context
+    `context_ids[:-2]`, has drafted once from the anchor `context_ids[-2]`, and received the
+    target's hidden state for it (accept(0, ...)); the timed call drafts gamma tokens from
+    the anchor `context_ids[-1]`. So it includes what a round adds to the drafter's cache,
+    and nothing of the prefill. Gammas take turns in a fresh random order each repetition.
+    """
+    if context_ids.dim() != 1 or context_ids.shape[0] < 3:
+        raise ValueError(f"context_ids must be 1-D with >= 3 tokens, got shape {tuple(context_ids.shape)}")
+    if repeats < 1 or not drafters or min(drafters) < 1:
+        raise ValueError(f"need repeats >= 1 and gammas >= 1, got {repeats} and {sorted(drafters)}")
+    device = next(target.parameters()).device
+    ids = context_ids.to(device)
+    length = ids.shape[0] - 2
+    states = target(input_ids=ids[None], output_hidden_states=True).hidden_states
+    hidden_of = {tuple(d.target_layer_ids): select_target_hidden(states, d.target_layer_ids)[0]
+                 for d in drafters.values()}
+    generator = torch.Generator().manual_seed(seed)
+    times: dict[int, list[float]] = {g: [] for g in drafters}
+    order = list(drafters)
+    for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
+        for j in torch.randperm(len(order), generator=generator).tolist():
+            gamma, drafter = order[j], drafters[order[j]]
+            hidden = hidden_of[tuple(drafter.target_layer_ids)]
+            drafter.start(ids[:length], hidden[:length])
+            drafter.draft(ids[:length + 1], 1, 1.0, generator)
+            drafter.accept(0, hidden[length:length + 1])
+            _sync(device)
+            start = time.perf_counter()
+            drafter.draft(ids, gamma, 1.0, generator)
+            _sync(device)
+            if i >= warmup:
+                times[gamma].append(time.perf_counter() - start)
+    return {g: statistics.median(t) for g, t in times.items()}

@@ -39,6 +39,43 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
+class DrafterRecipe:
+    """The hidden-state drafters' shape, training and evaluation sizes (chapter 03; reused by 04).
+
+    block_size: gamma, the slots a parallel block drafts (and the autoregressive baseline's
+        training-time-test horizon); 7 as the paper's Table 1.
+    target_layer_ids: 0-based target layers whose hidden states form the context.
+    training_replies / reply_tokens: how many replies the target regenerates for training,
+        and at most how many tokens each.
+    steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma).
+    eval_prompts / eval_new_tokens: held-out prompts per domain, tokens generated per prompt.
+    latency_gammas / latency_repeats: the draft-latency sweep.
+    collision_contexts / collision_samples: the multimodal-collision exhibit's size.
+    """
+
+    block_size: int
+    target_layer_ids: tuple[int, ...]
+    dflash_layers: int
+    eagle_layers: int
+    training_replies: int
+    reply_tokens: int
+    steps: int
+    sequences_per_batch: int
+    anchors_per_sequence: int
+    lr: float
+    warmup_steps: int
+    ce_weight: float
+    tv_weight: float
+    loss_decay: float | None
+    eval_prompts: int
+    eval_new_tokens: int
+    latency_gammas: tuple[int, ...]
+    latency_repeats: int
+    collision_contexts: int
+    collision_samples: int
+
+
+@dataclass(frozen=True)
 class Profile:
     """All sizes of one profile. Chapters read the fields they need."""
 
@@ -55,6 +92,7 @@ class Profile:
     spec_new_tokens: int
     race_repeats: int
     gammas: tuple[int, ...]
+    drafter: DrafterRecipe
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,7 +105,7 @@ _FULL = Profile(
     target=TargetConfig(
         vocab_size=2048, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
         head_dim=64, intermediate_size=768, max_positions=512, seq_len=256,
-        batch_size=16, steps=800, lr=3e-3, warmup_steps=40,
+        batch_size=16, steps=1200, lr=3e-3, warmup_steps=40,
     ),
     draft_lm=TargetConfig(
         vocab_size=2048, hidden_size=96, num_layers=2, num_heads=2, num_kv_heads=1,
@@ -83,6 +121,14 @@ _FULL = Profile(
     spec_new_tokens=96,
     race_repeats=9,
     gammas=(1, 2, 3, 4, 6, 8),
+    drafter=DrafterRecipe(
+        block_size=7, target_layer_ids=(0, 1, 2, 3), dflash_layers=2, eagle_layers=1,
+        training_replies=600, reply_tokens=128, steps=1000, sequences_per_batch=4,
+        anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
+        loss_decay=None, eval_prompts=40, eval_new_tokens=128,
+        latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
+        collision_contexts=20, collision_samples=10,
+    ),
 )
 
 _SMOKE = Profile(
@@ -107,6 +153,14 @@ _SMOKE = Profile(
     spec_new_tokens=16,
     race_repeats=2,
     gammas=(1, 3),
+    drafter=DrafterRecipe(
+        block_size=4, target_layer_ids=(0, 1), dflash_layers=1, eagle_layers=1,
+        training_replies=24, reply_tokens=24, steps=8, sequences_per_batch=4,
+        anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=1.0, tv_weight=1.0,
+        loss_decay=None, eval_prompts=2, eval_new_tokens=16,
+        latency_gammas=(1, 4), latency_repeats=2,
+        collision_contexts=2, collision_samples=2,
+    ),
 )
 
 PROFILES: dict[str, Profile] = {"full": _FULL, "smoke": _SMOKE}

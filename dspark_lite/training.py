@@ -387,7 +387,8 @@ def train_drafter(drafter: TrainableDrafter, target: PreTrainedModel, sequences:
     """Train `drafter` against the frozen `target` on `sequences` (chapter 03).
 
     AdamW (betas 0.9/0.95) with linear warmup and cosine decay, gradient clipping, a tqdm
-    bar showing the loss and the expected tokens per round from 1 - TV. Returns the curves.
+    bar showing the loss, DeepSpec's accept_rate@k (prefix survival, from 1 - TV) at k = 1
+    and k = gamma, and the expected tokens per round. Returns the curves.
     """
     check_target_is_separate(drafter, target)
     generator = torch.Generator().manual_seed(seed)
@@ -403,7 +404,9 @@ def train_drafter(drafter: TrainableDrafter, target: PreTrainedModel, sequences:
         loss, parts = anchor_step(drafter, target, sequences, next(batches), cfg, generator)
         optimizer_step(loss, optimizer, schedule, parameters, cfg.max_grad_norm)
         history.record(loss.item(), parts)
-        bar.set_postfix(loss=f"{loss.item():.3f}", tau_tv=f"{parts['expected_tau_tv']:.2f}")
+        survival = parts["prefix_survival_tv"]
+        bar.set_postfix({"loss": f"{loss.item():.3f}", "accept_rate@1": f"{survival[0]:.2f}",
+                         f"accept_rate@{len(survival)}": f"{survival[-1]:.2f}", "tau_tv": f"{parts['expected_tau_tv']:.2f}"})
     drafter.eval()
     history.seconds = time.perf_counter() - start
     check_finite(desc, history.loss[-1])

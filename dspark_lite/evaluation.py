@@ -1,0 +1,63 @@
+"""Acceptance of a drafter on the held-out prompts of each domain (chapter 03; reused later).
+
+The protocol of the paper's Table 1 at toy scale: first turn only, the chat template, chain
+drafting with gamma tokens per round, temperature 1.0 for target and drafter alike.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from . import corpus
+from .speculative import Drafter, RoundRecord, conditional_acceptance, prefix_survival, speculative_generate, tau
+from .world import ToyWorld
+
+
+@dataclass
+class DomainAcceptance:
+    """What one drafter achieved on one domain: tau (tokens per round, bonus included), the
+    paper's Figure 2 curve (conditional acceptance at positions 1..gamma), DeepSpec's
+    accept_rate@k (prefix survival), and how many rounds and tokens they rest on."""
+
+    domain: str
+    tau: float
+    conditional: list[float]
+    prefix_survival: list[float]
+    rounds: int
+    tokens: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(domain: str, rounds: Sequence[RoundRecord], gamma: int, tokens: int) -> DomainAcceptance:
+    """A DomainAcceptance from the round records of one domain."""
+    as_list = lambda values: [None if np.isnan(v) else round(float(v), 4) for v in values]
+    return DomainAcceptance(domain, float(tau(rounds)), as_list(conditional_acceptance(rounds, gamma)),
+                            as_list(prefix_survival(rounds, gamma)), len(rounds), tokens)
+
+
+def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
+                       temperature: float = 1.0, seed: int = 0,
+                       domains: Sequence[str] = corpus.DOMAINS, desc: str = "acceptance") -> dict[str, DomainAcceptance]:
+    """Speculative generation on the first `n_prompts` held-out prompts of each domain;
+    returns {domain: DomainAcceptance}. Seeded: the same call gives the same numbers."""
+    if n_prompts < 1 or new_tokens < 1 or gamma < 1:
+        raise ValueError(f"need n_prompts, new_tokens and gamma >= 1, got {n_prompts}, {new_tokens}, {gamma}")
+    generator = torch.Generator().manual_seed(seed)
+    eos = world.tokenizer.eos_token_id
+    report = {}
+    for domain in domains:
+        prompts = world.eval_prompts(domain)[:n_prompts]
+        rounds, tokens = [], 0
+        for prompt in tqdm(prompts, desc=f"{desc}: {domain}", leave=False):
+            out = speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,
+                                       temperature, generator, eos)
+            rounds += out.rounds
+            tokens += len(out.tokens)
+        report[domain] = summarize(domain, rounds, gamma, tokens)
+    return report

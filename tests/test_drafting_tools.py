@@ -1,0 +1,106 @@
+"""Tests for chapter 03's measuring tools: collisions, draft latency, acceptance summaries
+and the zoo's recipe plumbing, on tiny random targets (seconds)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from test_drafters import GAMMA, dflash, eagle, hidden_of, random_ids, tiny_target
+
+from dspark_lite import collisions, corpus, zoo
+from dspark_lite.costs import draft_latency_curve
+from dspark_lite.evaluation import summarize
+from dspark_lite.profiles import get_profile
+from dspark_lite.speculative import RoundRecord
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+OPENERS = collisions.Phrasings("opener", ("Of", "No", "Absolutely"), (" course!", " problem!", "!"))
+
+
+@pytest.mark.parametrize("text, outcome", [
+    ("Of course! I would", "coherent"),
+    ("Absolutely! I", "coherent"),
+    ("Of problem! I would", "mixed"),
+    ("No! I would", "mixed"),
+    ("No course!", "mixed"),
+    ("Sure thing!", "other"),
+    ("Of", "other"),
+    ("", "other"),
+])
+def test_phrasings_sort_coherent_mixed_and_other(text, outcome):
+    assert OPENERS.classify(text) == outcome
+
+
+def test_phrasings_need_matching_heads_and_tails():
+    with pytest.raises(ValueError, match="head and one tail"):
+        collisions.Phrasings("bad", ("a", "b"), (" c",))
+
+
+def test_chat_phrasings_come_from_the_corpus_lists():
+    opener, agreement = collisions.chat_phrasings(corpus.CorpusKnobs(chat_branching=3))
+    assert [h + t for h, t in zip(opener.heads, opener.tails)] == list(corpus.OPENERS[:3])
+    adjective, verb = corpus.AGREEMENT[0]
+    assert agreement.classify(f" {adjective} to {verb}. Here") == "coherent"
+    assert agreement.classify(f" {adjective} to {corpus.AGREEMENT[1][1]}.") == "mixed"
+
+
+def test_count_tallies_outcomes_and_keeps_distinct_examples():
+    tally = collisions.count("drafter", OPENERS, ["Of course!", "Of course!", "Of problem!", "Hi"], keep=2)
+    assert tally.counts == {"coherent": 2, "mixed": 1, "other": 1} and tally.total == 4
+    assert tally.examples["coherent"] == ["Of course!"] and tally.share("mixed") == 0.25
+
+
+class CharTokenizer:
+    """decode: token id i -> chr(ord('a') + i % 26)."""
+
+    def decode(self, ids):
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+def test_draft_texts_and_target_texts_return_one_text_per_sample():
+    target = tiny_target(seed=5)
+    context = random_ids(3, 9)
+    generator = torch.Generator().manual_seed(0)
+    for drafter in (dflash(target), eagle(target)):
+        texts = collisions.draft_texts(drafter, target, CharTokenizer(), context, 3, 4, generator)
+        assert len(texts) == 4 and all(len(t) == 3 for t in texts)
+    assert [len(t) for t in collisions.target_texts(target, CharTokenizer(), context, 2, 3, generator)] == [2, 2, 2]
+
+
+def test_draft_latency_curve_times_each_gamma_and_leaves_a_usable_drafter():
+    target = tiny_target(seed=6)
+    drafter = eagle(target)
+    times = draft_latency_curve({1: drafter, 3: drafter, 6: drafter}, target, random_ids(1, 10), repeats=2, warmup=0)
+    assert sorted(times) == [1, 3, 6] and all(t > 0 for t in times.values())
+    prompt = random_ids(2, 6)
+    drafter.start(prompt, hidden_of(target, prompt[None])[0])
+    assert drafter.draft(torch.cat([prompt, prompt[:1]]), 2, 1.0, None).gamma == 2
+
+
+def test_draft_latency_curve_rejects_bad_input():
+    target = tiny_target(seed=6)
+    with pytest.raises(ValueError, match=">= 3 tokens"):
+        draft_latency_curve({2: dflash(target)}, target, random_ids(1, 2))
+    with pytest.raises(ValueError, match="gammas >= 1"):
+        draft_latency_curve({0: dflash(target)}, target, random_ids(1, 8))
+
+
+def test_summarize_computes_tau_and_both_acceptance_curves():
+    rounds = [RoundRecord(GAMMA, GAMMA), RoundRecord(GAMMA, 0), RoundRecord(GAMMA, 1), RoundRecord(GAMMA, 1)]
+    report = summarize("math", rounds, GAMMA, tokens=12)
+    assert report.tau == pytest.approx(np.mean([GAMMA + 1, 1, 2, 2]))
+    assert report.conditional[:2] == [0.75, pytest.approx(1 / 3, abs=1e-4)]
+    assert report.prefix_survival[:2] == [0.75, 0.25]
+    assert report.rounds == 4 and report.to_dict()["domain"] == "math"
+
+
+def test_zoo_maps_the_recipe_and_rejects_unknown_kinds():
+    recipe = replace(get_profile("smoke").drafter, steps=5, loss_decay=4.0)
+    cfg = zoo.train_config(recipe, lr=1e-4)
+    assert (cfg.steps, cfg.loss_decay, cfg.lr, cfg.ce_weight) == (5, 4.0, 1e-4, recipe.ce_weight)
+    assert zoo.with_block_size(recipe, 9).block_size == 9
+    with pytest.raises(ValueError, match="unknown drafter kind"):
+        zoo.load_or_train_drafter(None, "medusa", recipe)
