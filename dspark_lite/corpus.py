@@ -34,6 +34,7 @@ class CorpusKnobs:
     """The world's difficulty knobs. Chapter 03 turns them to reach the paper's regime.
 
     math_max_number: operands are drawn from 2..math_max_number (bigger = harder arithmetic).
+    math_names: how many first names the problems draw from (more = more names to copy).
     math_phrase_entropy: probability that a solution step uses a non-canonical phrasing.
     code_style_entropy: probability that a name or implementation style is non-canonical.
     chat_branching: how many equally good alternatives each chat phrase slot offers (1-5).
@@ -42,7 +43,8 @@ class CorpusKnobs:
     chat_slot_options: how many alternatives each free slot inside a tip offers (1-4).
     """
 
-    math_max_number: int = 6
+    math_max_number: int = 5
+    math_names: int = 10
     math_phrase_entropy: float = 0.0
     code_style_entropy: float = 0.1
     chat_branching: int = 5
@@ -53,6 +55,8 @@ class CorpusKnobs:
     def __post_init__(self) -> None:
         if self.math_max_number < 5:
             raise ValueError(f"math_max_number must be >= 5, got {self.math_max_number}")
+        if not 2 <= self.math_names <= len(NAMES):
+            raise ValueError(f"math_names must be in 2..{len(NAMES)}, got {self.math_names}")
         for name in ("math_phrase_entropy", "code_style_entropy", "chat_skip_dependency"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -103,7 +107,8 @@ SHE = ("Ava", "Chloe", "Emma", "Grace", "Isla", "Kira", "Maya", "Olivia", "Priya
        "Vera", "Ximena", "Zoe", "Bella", "Dina", "Elena", "Gemma", "Ivy", "Keiko", "Mila", "Nina")
 HE = ("Ben", "Daniel", "Farid", "Hugo", "Jonah", "Liam", "Noah", "Quinn", "Sam", "Umar", "Wes",
       "Yusuf", "Aiden", "Carlos", "Felix", "Hassan", "Jack", "Leo")
-NAMES = SHE + HE
+# Alternating she/he, so that any prefix of the list mixes both pronouns.
+NAMES = tuple(n for pair in zip(SHE, HE) for n in pair) + SHE[len(HE):]
 PRONOUN = {**{name: "she" for name in SHE}, **{name: "he" for name in HE}}
 ITEMS = (
     "apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "cards",
@@ -119,8 +124,13 @@ STEP_TOTAL = ("In total", "Altogether", "All together")
 STEP_ANSWER = ("The answer is", "So the answer is", "The final answer is")
 
 
+def math_names(k: CorpusKnobs) -> tuple[str, ...]:
+    """The first names math problems draw from."""
+    return NAMES[: k.math_names]
+
+
 def _math_buy_more(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
-    name, item, (box, boxes) = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(CONTAINERS)
+    name, item, (box, boxes) = rng.choice(math_names(k)), rng.choice(ITEMS), rng.choice(CONTAINERS)
     a, b, c = rng.int(2, k.math_max_number), rng.int(2, 9), rng.int(2, k.math_max_number)
     bc, total = b * c, a + b * c
     pron = PRONOUN[name]
@@ -135,7 +145,7 @@ def _math_buy_more(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
 
 
 def _math_change(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
-    name, good = rng.choice(NAMES), rng.choice(GOODS)
+    name, good = rng.choice(math_names(k)), rng.choice(GOODS)
     price, qty = rng.int(2, k.math_max_number), rng.int(2, 6)
     cost = price * qty
     paid = (cost // 10 + 1 + rng.int(0, 3)) * 10
@@ -152,8 +162,8 @@ def _math_change(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
 
 
 def _math_share(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
-    name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    friends, each, kept = rng.int(2, 9), rng.int(2, k.math_max_number // 2), rng.int(1, 9)
+    name, item = rng.choice(math_names(k)), rng.choice(ITEMS)
+    friends, each, kept = rng.int(2, 9), rng.int(2, max(3, k.math_max_number // 2)), rng.int(1, 9)
     rest = friends * each
     total = rest + kept
     pron = PRONOUN[name]
@@ -185,8 +195,8 @@ def _math_travel(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
 
 
 def _math_week(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
-    name = rng.choice(NAMES)
-    weekday, weekend, weeks = rng.int(2, k.math_max_number // 2), rng.int(2, k.math_max_number), rng.int(2, 4)
+    name = rng.choice(math_names(k))
+    weekday, weekend, weeks = rng.int(2, max(3, k.math_max_number // 2)), rng.int(2, k.math_max_number), rng.int(2, 4)
     five, two = 5 * weekday, 2 * weekend
     week = five + two
     total = week * weeks

@@ -42,17 +42,19 @@ def summarize(domain: str, rounds: Sequence[RoundRecord], gamma: int, tokens: in
 
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
-                       temperature: float = 1.0, seed: int = 0,
+                       samples: int = 1, temperature: float = 1.0, seed: int = 0,
                        domains: Sequence[str] = corpus.DOMAINS, desc: str = "acceptance") -> dict[str, DomainAcceptance]:
-    """Speculative generation on the first `n_prompts` held-out prompts of each domain;
-    returns {domain: DomainAcceptance}. Seeded: the same call gives the same numbers."""
-    if n_prompts < 1 or new_tokens < 1 or gamma < 1:
-        raise ValueError(f"need n_prompts, new_tokens and gamma >= 1, got {n_prompts}, {new_tokens}, {gamma}")
+    """Speculative generation, `samples` times each, on the first `n_prompts` held-out prompts
+    of each domain; returns {domain: DomainAcceptance}. Seeded: the same call gives the same
+    numbers."""
+    if min(n_prompts, new_tokens, gamma, samples) < 1:
+        raise ValueError(f"need n_prompts, new_tokens, gamma and samples >= 1, got {n_prompts}, {new_tokens}, "
+                         f"{gamma}, {samples}")
     generator = torch.Generator().manual_seed(seed)
     eos = world.tokenizer.eos_token_id
     report = {}
     for domain in domains:
-        prompts = world.eval_prompts(domain)[:n_prompts]
+        prompts = world.eval_prompts(domain)[:n_prompts] * samples
         rounds, tokens = [], 0
         for prompt in tqdm(prompts, desc=f"{desc}: {domain}", leave=False):
             out = speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,

@@ -88,8 +88,8 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
     def build(folder: Path) -> None:
         replies = training_replies(world, recipe)
         drafter = build_drafter(world, recipe, seed)
-        history = training.train_drafter(drafter, world.target, replies, train_config(recipe), seed=seed,
-                                         desc=f"train {kind}")
+        cfg = train_config(recipe, steps=recipe.eagle_steps) if kind == "eagle" else train_config(recipe)
+        history = training.train_drafter(drafter, world.target, replies, cfg, seed=seed, desc=f"train {kind}")
         save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(folder / WEIGHTS))
         (folder / HISTORY).write_text(json.dumps(asdict(history)))
 

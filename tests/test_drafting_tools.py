@@ -104,3 +104,13 @@ def test_zoo_maps_the_recipe_and_rejects_unknown_kinds():
     assert zoo.with_block_size(recipe, 9).block_size == 9
     with pytest.raises(ValueError, match="unknown drafter kind"):
         zoo.load_or_train_drafter(None, "medusa", recipe)
+
+
+def test_anchors_cover_the_last_prompt_token_and_every_reply_position_with_a_target():
+    from dspark_lite.training import sample_anchor_positions
+
+    lengths, prompt_lengths = torch.tensor([10, 6]), torch.tensor([4, 3])
+    anchors = sample_anchor_positions(lengths, prompt_lengths, 400, torch.Generator().manual_seed(0))
+    assert set(anchors[0].tolist()) == set(range(3, 9)) and set(anchors[1].tolist()) == set(range(2, 5))
+    with pytest.raises(ValueError, match="reply of >= 2 tokens"):
+        sample_anchor_positions(torch.tensor([5]), torch.tensor([4]), 3, torch.Generator())

@@ -17,7 +17,7 @@ from dspark_lite.world import load_toy_world
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
 # purpose, update it here; it must never change with the machine or the Python version.
-PINNED_DIGEST = "a515ea0a0bcac98758f5f10b63e8fe7d3db7704e9bab0b48fd84ec5372f1276d"
+PINNED_DIGEST = "84aeee5f3c386748e8363815daff89a9b8dcaa5a03a3fc82e208f30e16ebca85"
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
@@ -67,6 +67,16 @@ def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
         corpus.CorpusKnobs(chat_branching=9)
     with pytest.raises(ValueError, match="probability"):
         corpus.CorpusKnobs(code_style_entropy=1.5)
+    with pytest.raises(ValueError, match="math_names"):
+        corpus.CorpusKnobs(math_names=1)
+
+
+def test_math_names_knob_limits_the_names_and_mixes_pronouns() -> None:
+    pool = corpus.math_names(corpus.CorpusKnobs(math_names=4))
+    assert {corpus.PRONOUN[n] for n in pool} == {"she", "he"}
+    records = corpus.generate_records("math", "train", 100, 0, corpus.CorpusKnobs(math_names=4))
+    used = {word for r in records for word in r["prompt"].replace(".", " ").split() if word in corpus.NAMES}
+    assert used == set(pool)
 
 
 def _texts() -> list[str]:
