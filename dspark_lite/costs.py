@@ -83,18 +83,21 @@ def draft_latency_curve(
     ids = context_ids.to(device)
     length = ids.shape[0] - 2
     states = target(input_ids=ids[None], output_hidden_states=True).hidden_states
-    hidden_of = {tuple(d.target_layer_ids): select_target_hidden(states, d.target_layer_ids)[0]
-                 for d in drafters.values()}
+
+    def hidden_for(drafter: Drafter) -> torch.Tensor | None:
+        layer_ids = getattr(drafter, "target_layer_ids", None)
+        return None if layer_ids is None else select_target_hidden(states, layer_ids)[0]
+
     generator = torch.Generator().manual_seed(seed)
     times: dict[int, list[float]] = {g: [] for g in drafters}
     order = list(drafters)
     for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
         for j in torch.randperm(len(order), generator=generator).tolist():
             gamma, drafter = order[j], drafters[order[j]]
-            hidden = hidden_of[tuple(drafter.target_layer_ids)]
-            drafter.start(ids[:length], hidden[:length])
+            hidden = hidden_for(drafter)
+            drafter.start(ids[:length], None if hidden is None else hidden[:length])
             drafter.draft(ids[:length + 1], 1, 1.0, generator)
-            drafter.accept(0, hidden[length:length + 1])
+            drafter.accept(0, None if hidden is None else hidden[length:length + 1])
             _sync(device)
             start = time.perf_counter()
             drafter.draft(ids, gamma, 1.0, generator)

@@ -80,6 +80,14 @@ def test_draft_latency_curve_times_each_gamma_and_leaves_a_usable_drafter():
     assert drafter.draft(torch.cat([prompt, prompt[:1]]), 2, 1.0, None).gamma == 2
 
 
+def test_draft_latency_curve_also_times_a_token_only_draft_model():
+    from dspark_lite.speculative import ModelDrafter
+
+    target = tiny_target(seed=6)
+    times = draft_latency_curve({2: ModelDrafter(tiny_target(seed=7))}, target, random_ids(1, 8), repeats=1, warmup=0)
+    assert list(times) == [2] and times[2] > 0
+
+
 def test_draft_latency_curve_rejects_bad_input():
     target = tiny_target(seed=6)
     with pytest.raises(ValueError, match=">= 3 tokens"):
