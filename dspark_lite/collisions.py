@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from . import corpus, tokenizer
-from .speculative import Drafter, autoregressive_generate, select_target_hidden
+from .speculative import Drafter, autoregressive_generate, target_hidden
 from .world import ToyWorld
 
 OUTCOMES: tuple[str, ...] = ("coherent", "mixed", "other")
@@ -92,13 +92,8 @@ def draft_texts(drafter: Drafter, target: PreTrainedModel, tok, context: torch.T
                 samples: int, generator: torch.Generator) -> list[str]:
     """`samples` drafts of gamma tokens from the block anchored at the context's last token
     (temperature 1), decoded."""
-    layer_ids = getattr(drafter, "target_layer_ids", None)
-    device = next(target.parameters()).device
-    ids = context.to(device)
-    hidden = None
-    if layer_ids is not None:
-        states = target(input_ids=ids[None], output_hidden_states=True).hidden_states
-        hidden = select_target_hidden(states, layer_ids)[0]
+    ids = context.to(next(target.parameters()).device)
+    hidden = target_hidden(target, ids, getattr(drafter, "target_layer_ids", None))
     texts = []
     for _ in range(samples):
         drafter.start(ids[:-1], None if hidden is None else hidden[:-1])

@@ -15,7 +15,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
-from .speculative import Drafter, select_target_hidden
+from .speculative import Drafter, target_hidden
 
 
 def _sync(device: torch.device) -> None:
@@ -82,19 +82,15 @@ def draft_latency_curve(
     device = next(target.parameters()).device
     ids = context_ids.to(device)
     length = ids.shape[0] - 2
-    states = target(input_ids=ids[None], output_hidden_states=True).hidden_states
-
-    def hidden_for(drafter: Drafter) -> torch.Tensor | None:
-        layer_ids = getattr(drafter, "target_layer_ids", None)
-        return None if layer_ids is None else select_target_hidden(states, layer_ids)[0]
-
+    layer_sets = {getattr(d, "target_layer_ids", None) for d in drafters.values()}
+    hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
     generator = torch.Generator().manual_seed(seed)
     times: dict[int, list[float]] = {g: [] for g in drafters}
     order = list(drafters)
     for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
         for j in torch.randperm(len(order), generator=generator).tolist():
             gamma, drafter = order[j], drafters[order[j]]
-            hidden = hidden_for(drafter)
+            hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]
             drafter.start(ids[:length], None if hidden is None else hidden[:length])
             drafter.draft(ids[:length + 1], 1, 1.0, generator)
             drafter.accept(0, None if hidden is None else hidden[length:length + 1])

@@ -385,6 +385,16 @@ def select_target_hidden(hidden_states: Sequence[Tensor], layer_ids: Sequence[in
     return torch.cat([hidden_states[i + 1] for i in layer_ids], dim=-1)
 
 
+@torch.inference_mode()
+def target_hidden(target: PreTrainedModel, input_ids: Tensor, layer_ids: Sequence[int] | None) -> Tensor | None:
+    """The target's selected hidden states [L, len(layer_ids) * H] for one sequence
+    `input_ids` [L] (no cache), or None for a drafter that reads no target layers (chapter 03)."""
+    if layer_ids is None:
+        return None
+    states = target(input_ids=input_ids[None], output_hidden_states=True).hidden_states
+    return select_target_hidden(states, layer_ids)[0]
+
+
 def _check_layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
     if layer_ids is None:
         return
