@@ -38,9 +38,13 @@ class CorpusKnobs:
     math_phrase_entropy: probability that a solution step uses a non-canonical phrasing.
     code_style_entropy: probability that a name or implementation style is non-canonical.
     chat_branching: how many equally good alternatives each chat phrase slot offers (1-5).
-    chat_skip_dependency: probability that the verb agrees with the adjective two words back.
+    chat_skip_dependency: probability that a skip-word agreement holds: the verb agrees with
+        the adjective two words back ("happy to *help*"), a remark's last word with its verb
+        ("It keeps you *motivated*").
     chat_tips: how many freely chosen tips a chat reply lists (the high-entropy spans).
     chat_slot_options: how many alternatives each free slot inside a tip offers (1-4).
+    chat_remarks: probability that a tip is followed by a remark ("It saves you time."), a
+        skip-word dependency that a first-order (Markov) correction cannot see (chapter 04).
     """
 
     math_max_number: int = 5
@@ -51,13 +55,14 @@ class CorpusKnobs:
     chat_skip_dependency: float = 1.0
     chat_tips: int = 5
     chat_slot_options: int = 4
+    chat_remarks: float = 1.0
 
     def __post_init__(self) -> None:
         if self.math_max_number < 5:
             raise ValueError(f"math_max_number must be >= 5, got {self.math_max_number}")
         if not 2 <= self.math_names <= len(NAMES):
             raise ValueError(f"math_names must be in 2..{len(NAMES)}, got {self.math_names}")
-        for name in ("math_phrase_entropy", "code_style_entropy", "chat_skip_dependency"):
+        for name in ("math_phrase_entropy", "code_style_entropy", "chat_skip_dependency", "chat_remarks"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} is a probability in [0, 1], got {value}")
@@ -443,6 +448,8 @@ ASKS = ("Can you help me {req}?", "How do I {req}?", "I want to {req}. Any advic
 OPENERS = ("Of course!", "No problem!", "Sure thing!", "Absolutely!", "Great question!")
 # Skip-word dependency: the verb depends on the adjective two tokens back ("happy to help").
 AGREEMENT = (("happy", "help"), ("glad", "assist"), ("pleased", "explain"), ("delighted", "guide you"), ("eager", "chip in"))
+# The same kind of dependency after a tip: the last word agrees with the verb two words back.
+REMARKS = (("keeps", "motivated"), ("saves", "time"), ("helps", "relax"), ("gives", "energy"), ("makes", "stronger"))
 LEADS = ("Here are a few ideas.", "Here is what works well.", "These tips should help.", "Try these steps.", "A few things matter most.")
 ORDINALS = (("First,", "To start,", "Begin by making sure to", "Step one:", "Most importantly,"),
             ("Next,", "Then,", "After that,", "Also,", "Second,"),
@@ -464,6 +471,15 @@ def fill_slots(rng: Rng, template: str, options: int) -> str:
     return "".join(out)
 
 
+def chat_remark(rng: Rng, knobs: CorpusKnobs) -> str:
+    """ "It <verb> you <word>." where the word agrees with the verb (with probability
+    chat_skip_dependency), two tokens after it."""
+    verb, word = rng.choice(REMARKS[: knobs.chat_branching])
+    if rng.uniform() >= knobs.chat_skip_dependency:
+        word = rng.choice(REMARKS[: knobs.chat_branching])[1]
+    return f"It {verb} you {word}."
+
+
 def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
     """One open-ended request and a reply with branching phrasings and free-choice tips."""
     b = knobs.chat_branching
@@ -476,7 +492,8 @@ def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
     chosen = rng.sample(tips, knobs.chat_tips)
     for i, tip in enumerate(chosen):
         ordinal = FINALS if i == len(chosen) - 1 and i > 0 else ORDINALS[i]
-        lines.append(f"{rng.choice(ordinal[:b])} {fill_slots(rng, tip, knobs.chat_slot_options)}.")
+        line = f"{rng.choice(ordinal[:b])} {fill_slots(rng, tip, knobs.chat_slot_options)}."
+        lines.append(f"{line} {chat_remark(rng, knobs)}" if rng.uniform() < knobs.chat_remarks else line)
     lines.append(f"{rng.choice(CLOSERS[:b])} {rng.choice(WISHES[:b]).format(noun=noun)}")
     return prompt, "\n".join(lines)
 

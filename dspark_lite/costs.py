@@ -61,7 +61,6 @@ def forward_latency_curve(
     return {q: statistics.median(t) for q, t in times.items()}
 
 
-@torch.inference_mode()
 def draft_latency_curve(
     drafters: dict[int, Drafter], target: PreTrainedModel, context_ids: torch.Tensor, repeats: int = 10,
     warmup: int = 2, seed: int = 0,
@@ -75,21 +74,34 @@ def draft_latency_curve(
     the anchor `context_ids[-1]`. So it includes what a round adds to the drafter's cache,
     and nothing of the prefill. Gammas take turns in a fresh random order each repetition.
     """
+    timed = compare_draft_latency({"draft": drafters}, target, context_ids, repeats, warmup, seed)
+    return timed["draft"]
+
+
+@torch.inference_mode()
+def compare_draft_latency(
+    drafters: dict[str, dict[int, Drafter]], target: PreTrainedModel, context_ids: torch.Tensor,
+    repeats: int = 10, warmup: int = 2, seed: int = 0,
+) -> dict[str, dict[int, float]]:
+    """`draft_latency_curve` for several drafters at once (name -> gamma -> drafter), taking
+    turns in a fresh random order each repetition so that drifts of the machine hit all of
+    them alike (chapter 04 times a head's overhead this way); name -> gamma -> median seconds."""
     if context_ids.dim() != 1 or context_ids.shape[0] < 3:
         raise ValueError(f"context_ids must be 1-D with >= 3 tokens, got shape {tuple(context_ids.shape)}")
-    if repeats < 1 or not drafters or min(drafters) < 1:
-        raise ValueError(f"need repeats >= 1 and gammas >= 1, got {repeats} and {sorted(drafters)}")
+    entries = [(name, gamma, drafter) for name, curve in drafters.items() for gamma, drafter in curve.items()]
+    if repeats < 1 or not entries or min(gamma for _, gamma, _ in entries) < 1:
+        raise ValueError(f"need repeats >= 1 and gammas >= 1, got {repeats} and "
+                         f"{sorted(gamma for _, gamma, _ in entries)}")
     device = next(target.parameters()).device
     ids = context_ids.to(device)
     length = ids.shape[0] - 2
-    layer_sets = {getattr(d, "target_layer_ids", None) for d in drafters.values()}
+    layer_sets = {getattr(d, "target_layer_ids", None) for _, _, d in entries}
     hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
     generator = torch.Generator().manual_seed(seed)
-    times: dict[int, list[float]] = {g: [] for g in drafters}
-    order = list(drafters)
+    times: dict[tuple[str, int], list[float]] = {(name, gamma): [] for name, gamma, _ in entries}
     for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
-        for j in torch.randperm(len(order), generator=generator).tolist():
-            gamma, drafter = order[j], drafters[order[j]]
+        for j in torch.randperm(len(entries), generator=generator).tolist():
+            name, gamma, drafter = entries[j]
             hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]
             drafter.start(ids[:length], None if hidden is None else hidden[:length])
             drafter.draft(ids[:length + 1], 1, 1.0, generator)
@@ -99,5 +111,5 @@ def draft_latency_curve(
             drafter.draft(ids, gamma, 1.0, generator)
             _sync(device)
             if i >= warmup:
-                times[gamma].append(time.perf_counter() - start)
-    return {g: statistics.median(t) for g, t in times.items()}
+                times[(name, gamma)].append(time.perf_counter() - start)
+    return {name: {gamma: statistics.median(times[(name, gamma)]) for gamma in curve} for name, curve in drafters.items()}

@@ -261,10 +261,12 @@ class HiddenStateDrafter(nn.Module):
     the context projection `fc` (no bias), the final `norm`, RoPE, and the protocol's
     `vocab_size` / `target_layer_ids` / `block_size` attributes."""
 
-    def __init__(self, target: PreTrainedModel, layer_ids: Sequence[int], block_size: int, config) -> None:
+    def __init__(self, target: PreTrainedModel, cfg: "DFlashConfig | EagleConfig", block_size: int) -> None:
         super().__init__()
+        config = draft_qwen3_config(target.config, cfg.num_layers, cfg.intermediate_size, cfg.num_heads,
+                                    cfg.num_kv_heads, cfg.head_dim)
         _check_positive("gamma (block size)", block_size)
-        self.target_layer_ids = check_target_layer_ids(layer_ids, target.config.num_hidden_layers)
+        self.target_layer_ids = check_target_layer_ids(cfg.target_layer_ids, target.config.num_hidden_layers)
         self.vocab_size: int = int(target.config.vocab_size)
         self.block_size = int(block_size)
         self.hidden_size = int(target.config.hidden_size)
@@ -359,17 +361,15 @@ class DFlashDrafter(HiddenStateDrafter):
     """
 
     def __init__(self, target: PreTrainedModel, cfg: DFlashConfig, seed: int = 0) -> None:
-        config = draft_qwen3_config(target.config, cfg.num_layers, cfg.intermediate_size, cfg.num_heads,
-                                    cfg.num_kv_heads, cfg.head_dim)
-        super().__init__(target, cfg.target_layer_ids, cfg.block_size, config)
+        super().__init__(target, cfg, cfg.block_size)
         if not 0 <= cfg.mask_token_id < self.vocab_size:
             raise ValueError(
                 f"mask_token_id {cfg.mask_token_id} is outside the target's vocabulary [0, {self.vocab_size})"
             )
         self.cfg = cfg
         self.mask_token_id = int(cfg.mask_token_id)
-        self.hidden_norm = Qwen3RMSNorm(self.hidden_size, eps=config.rms_norm_eps)
-        self.layers = nn.ModuleList(DFlashDecoderLayer(config) for _ in range(cfg.num_layers))
+        self.hidden_norm = Qwen3RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)
+        self.layers = nn.ModuleList(DFlashDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         self._finish_init(seed)
         self._context_kv: list[KVPair] | None = None
         self._context_length = 0
@@ -457,12 +457,17 @@ class DFlashDrafter(HiddenStateDrafter):
     @torch.inference_mode()
     def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """Run one block at the anchor (the last of `anchor_ids`) and sample its first gamma slots."""
+        hidden = self.anchor_block_hidden(anchor_ids, gamma)
+        return sample_slots(self.logits_from_hidden(hidden[:gamma]), temperature, generator)
+
+    def anchor_block_hidden(self, anchor_ids: Tensor, gamma: int) -> Tensor:
+        """Final-normed hidden states [block_size, H] of the block at the anchor (the last of
+        `anchor_ids`) over the cached context; checks that the drafter is in step with the loop."""
         self._check_ready(anchor_ids, gamma)
         anchor_position = anchor_ids.shape[0] - 1
         block = self.make_block_ids(anchor_ids[-1:].to(self.device))
         positions = anchor_position + torch.arange(self.block_size, device=self.device)
-        hidden = self._run_block(block, positions[None], self._context_kv, allowed=None)
-        return sample_slots(self.logits_from_hidden(hidden)[0, :gamma], temperature, generator)
+        return self._run_block(block, positions[None], self._context_kv, allowed=None)[0]
 
     def _check_ready(self, anchor_ids: Tensor, gamma: int) -> None:
         if self._context_kv is None:
@@ -532,11 +537,9 @@ class EagleDrafter(HiddenStateDrafter):
     """
 
     def __init__(self, target: PreTrainedModel, cfg: EagleConfig, seed: int = 0) -> None:
-        config = draft_qwen3_config(target.config, cfg.num_layers, cfg.intermediate_size, cfg.num_heads,
-                                    cfg.num_kv_heads, cfg.head_dim)
-        super().__init__(target, cfg.target_layer_ids, cfg.ttt_length, config)
+        super().__init__(target, cfg, cfg.ttt_length)
         self.cfg = cfg
-        self.layers = nn.ModuleList(EagleDecoderLayer(config) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(EagleDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         self._finish_init(seed)
         self._entry_kv: list[KVPair] | None = None
         self._pending: Tensor | None = None

@@ -48,12 +48,14 @@ class DrafterRecipe:
     training_replies / reply_tokens: how many replies the target regenerates for training,
         and at most how many tokens each.
     steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma);
-        `steps` trains the parallel drafters, `eagle_steps` the autoregressive baseline, which
-        converges in fewer (chapter 03 shows both training curves).
+        `steps` trains DFlash, `eagle_steps` the autoregressive baseline, which converges in
+        fewer (chapter 03 shows both training curves), `dspark_steps` the DSpark drafters
+        (chapter 04: fewer than DFlash, to fit the chapter's time budget; a handicap for DSpark).
     eval_prompts / eval_new_tokens / eval_samples: held-out prompts per domain, tokens
         generated per prompt, independent generations per prompt.
     latency_gammas / latency_repeats: the draft-latency sweep.
     collision_contexts / collision_samples: the multimodal-collision exhibit's size.
+    markov_rank: r of DSpark's Markov and RNN heads (chapter 04; 256 for Qwen3-4B).
     """
 
     block_size: int
@@ -64,6 +66,7 @@ class DrafterRecipe:
     reply_tokens: int
     steps: int
     eagle_steps: int
+    dspark_steps: int
     sequences_per_batch: int
     anchors_per_sequence: int
     lr: float
@@ -78,6 +81,36 @@ class DrafterRecipe:
     latency_repeats: int
     collision_contexts: int
     collision_samples: int
+    markov_rank: int
+
+
+@dataclass(frozen=True)
+class HeadStudy:
+    """Chapter 04's ablations and timings, kept lean to fit its time budget.
+
+    ablation_steps / ablation_sequences_per_batch / ablation_block_tokens: the short training
+        every ablation drafter gets (all alike, so they compare with each other, not with the
+        full-recipe drafters); anchors per sequence = ablation_block_tokens // gamma, so every
+        block size sees the same number of supervised slots.
+    depth_layers / deep_dflash_layers: Figure 3's DSpark depths and the deeper DFlash.
+    ablation_gammas: Figure 4's block sizes.
+    ablation_eval_prompts / ablation_eval_samples: the ablations' acceptance measurement.
+    race_prompts / race_new_tokens / race_repeats: the end-to-end wall-clock race (per domain).
+    overhead_repeats: draft-call timings per gamma for the head's round-latency overhead.
+    """
+
+    ablation_steps: int
+    ablation_sequences_per_batch: int
+    ablation_block_tokens: int
+    depth_layers: tuple[int, ...]
+    deep_dflash_layers: int
+    ablation_gammas: tuple[int, ...]
+    ablation_eval_prompts: int
+    ablation_eval_samples: int
+    race_prompts: int
+    race_new_tokens: int
+    race_repeats: int
+    overhead_repeats: int
 
 
 @dataclass(frozen=True)
@@ -98,6 +131,7 @@ class Profile:
     race_repeats: int
     gammas: tuple[int, ...]
     drafter: DrafterRecipe
+    heads: HeadStudy
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,11 +162,16 @@ _FULL = Profile(
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
         block_size=7, target_layer_ids=(0, 1, 2, 3), dflash_layers=2, eagle_layers=1,
-        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, sequences_per_batch=4,
+        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, dspark_steps=1200, sequences_per_batch=4,
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
-        collision_contexts=20, collision_samples=10,
+        collision_contexts=20, collision_samples=10, markov_rank=64,
+    ),
+    heads=HeadStudy(
+        ablation_steps=400, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
+        deep_dflash_layers=4, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
+        race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=20,
     ),
 )
 
@@ -160,11 +199,16 @@ _SMOKE = Profile(
     gammas=(1, 3),
     drafter=DrafterRecipe(
         block_size=4, target_layer_ids=(0, 1), dflash_layers=1, eagle_layers=1,
-        training_replies=24, reply_tokens=24, steps=8, eagle_steps=6, sequences_per_batch=4,
+        training_replies=24, reply_tokens=24, steps=8, eagle_steps=6, dspark_steps=6, sequences_per_batch=4,
         anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
         latency_gammas=(1, 4), latency_repeats=2,
-        collision_contexts=2, collision_samples=2,
+        collision_contexts=2, collision_samples=2, markov_rank=8,
+    ),
+    heads=HeadStudy(
+        ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1, 2),
+        deep_dflash_layers=2, ablation_gammas=(2, 4), ablation_eval_prompts=1, ablation_eval_samples=1,
+        race_prompts=1, race_new_tokens=8, race_repeats=1, overhead_repeats=2,
     ),
 )
 

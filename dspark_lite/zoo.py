@@ -1,5 +1,5 @@
 """The book's trained drafters, built from a profile's recipe and kept in the artifact cache
-(chapter 03; chapter 04 adds its own kinds).
+(chapter 03; chapter 04 adds DSpark's kinds).
 
 `load_or_train_drafter(world, "dflash")` returns the same trained drafter to every notebook
 that asks: the first call regenerates the training replies with the target (cached too),
@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from . import cache, drafters, training
-from .profiles import DrafterRecipe
+from . import cache, drafters, dspark, training
+from .profiles import DrafterRecipe, HeadStudy
 from .training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
 
@@ -46,10 +46,39 @@ def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafte
     return drafters.EagleDrafter(world.target, cfg, seed=seed)
 
 
+def dspark_builder(head_type: str) -> Callable[[ToyWorld, DrafterRecipe, int], dspark.DSparkDrafter]:
+    """A builder of untrained DSpark drafters with a `head_type` head on the recipe's backbone."""
+
+    def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
+        cfg = dspark.DSparkConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
+                                  block_size=recipe.block_size, num_layers=recipe.dflash_layers,
+                                  head_type=head_type, markov_rank=recipe.markov_rank)
+        return dspark.DSparkDrafter(world.target, cfg, seed=seed)
+
+    return build
+
+
 BUILDERS: dict[str, Callable[[ToyWorld, DrafterRecipe, int], nn.Module]] = {
     "dflash": build_dflash,
     "eagle": build_eagle,
+    "dspark-markov": dspark_builder("markov"),
+    "dspark-rnn": dspark_builder("rnn"),
 }
+
+
+def training_steps(kind: str, recipe: DrafterRecipe) -> int:
+    """How many steps the recipe trains a drafter of `kind`."""
+    if kind == "eagle":
+        return recipe.eagle_steps
+    return recipe.dspark_steps if kind.startswith("dspark") else recipe.steps
+
+
+def ablation_recipe(recipe: DrafterRecipe, study: HeadStudy, block_size: int, layers: int) -> DrafterRecipe:
+    """The lean recipe of chapter 04's ablations: every kind trains `study.ablation_steps` on
+    smaller batches, with anchors per sequence scaled so each block size sees as many slots."""
+    return replace(recipe, block_size=block_size, dflash_layers=layers, steps=study.ablation_steps,
+                   dspark_steps=study.ablation_steps, sequences_per_batch=study.ablation_sequences_per_batch,
+                   anchors_per_sequence=max(1, study.ablation_block_tokens // block_size))
 
 
 def _world_config(world: ToyWorld) -> dict:
@@ -77,18 +106,19 @@ def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed:
 
 def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
                           seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
-    """The trained drafter of `kind` ("dflash", "eagle") for this world and recipe, with its
+    """The trained drafter of `kind` (a key of BUILDERS) for this world and recipe, with its
     training curves; trained on the first call, loaded from the cache afterwards."""
     if kind not in BUILDERS:
         raise ValueError(f"unknown drafter kind {kind!r}; expected one of {sorted(BUILDERS)}")
     recipe = recipe or world.profile.drafter
     build_drafter = BUILDERS[kind]
     config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "seed": seed}
+    code = [drafters, training] + ([dspark] if kind.startswith("dspark") else [])
 
     def build(folder: Path) -> None:
         replies = training_replies(world, recipe)
         drafter = build_drafter(world, recipe, seed)
-        cfg = train_config(recipe, steps=recipe.eagle_steps) if kind == "eagle" else train_config(recipe)
+        cfg = train_config(recipe, steps=training_steps(kind, recipe))
         history = training.train_drafter(drafter, world.target, replies, cfg, seed=seed, desc=f"train {kind}")
         save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(folder / WEIGHTS))
         (folder / HISTORY).write_text(json.dumps(asdict(history)))
@@ -99,7 +129,7 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
         drafter.eval()
         return drafter, DrafterTrainHistory(**json.loads((folder / HISTORY).read_text()))
 
-    return cache.load_or_build(f"drafter-{kind}", config, build, load, code=[drafters, training])
+    return cache.load_or_build(f"drafter-{kind}", config, build, load, code=code)
 
 
 def with_block_size(recipe: DrafterRecipe, block_size: int) -> DrafterRecipe:

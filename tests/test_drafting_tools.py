@@ -1,5 +1,5 @@
-"""Tests for chapter 03's measuring tools: collisions, draft latency, acceptance summaries
-and the zoo's recipe plumbing, on tiny random targets (seconds)."""
+"""Tests for the measuring tools of chapters 03 and 04: collisions, draft latency, acceptance
+summaries and the zoo's recipe plumbing, on tiny random targets (seconds)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,7 +10,7 @@ import torch
 from test_drafters import GAMMA, dflash, eagle, hidden_of, random_ids, tiny_target
 
 from dspark_lite import collisions, corpus, zoo
-from dspark_lite.costs import draft_latency_curve
+from dspark_lite.costs import compare_draft_latency, draft_latency_curve
 from dspark_lite.evaluation import summarize
 from dspark_lite.profiles import get_profile
 from dspark_lite.speculative import RoundRecord
@@ -96,6 +96,14 @@ def test_draft_latency_curve_rejects_bad_input():
         draft_latency_curve({0: dflash(target)}, target, random_ids(1, 8))
 
 
+def test_compare_draft_latency_times_every_drafter_at_every_gamma():
+    target = tiny_target(seed=6)
+    times = compare_draft_latency({"a": {2: dflash(target), 4: dflash(target)}, "b": {4: eagle(target)}}, target,
+                                  random_ids(1, 10), repeats=2, warmup=0)
+    assert {name: sorted(curve) for name, curve in times.items()} == {"a": [2, 4], "b": [4]}
+    assert all(t > 0 for curve in times.values() for t in curve.values())
+
+
 def test_summarize_computes_tau_and_both_acceptance_curves():
     rounds = [RoundRecord(GAMMA, GAMMA), RoundRecord(GAMMA, 0), RoundRecord(GAMMA, 1), RoundRecord(GAMMA, 1)]
     report = summarize("math", rounds, GAMMA, tokens=12)
@@ -110,8 +118,20 @@ def test_zoo_maps_the_recipe_and_rejects_unknown_kinds():
     cfg = zoo.train_config(recipe, lr=1e-4)
     assert (cfg.steps, cfg.loss_decay, cfg.lr, cfg.ce_weight) == (5, 4.0, 1e-4, recipe.ce_weight)
     assert zoo.with_block_size(recipe, 9).block_size == 9
+    assert [zoo.training_steps(kind, recipe) for kind in ("dflash", "eagle", "dspark-markov", "dspark-rnn")] == [
+        recipe.steps, recipe.eagle_steps, recipe.dspark_steps, recipe.dspark_steps]
     with pytest.raises(ValueError, match="unknown drafter kind"):
         zoo.load_or_train_drafter(None, "medusa", recipe)
+
+
+def test_ablation_recipe_is_lean_alike_for_every_kind_and_keeps_slots_per_sequence():
+    profile = get_profile("full")
+    for gamma in (4, 7, 16):
+        lean = zoo.ablation_recipe(profile.drafter, profile.heads, gamma, layers=3)
+        assert (lean.block_size, lean.dflash_layers) == (gamma, 3)
+        assert {zoo.training_steps(k, lean) for k in ("dflash", "dspark-markov")} == {profile.heads.ablation_steps}
+        assert lean.anchors_per_sequence == profile.heads.ablation_block_tokens // gamma
+        assert lean.training_replies == profile.drafter.training_replies  # the same cached replies
 
 
 def test_anchors_cover_the_last_prompt_token_and_every_reply_position_with_a_target():

@@ -17,7 +17,7 @@ from dspark_lite.world import load_toy_world
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
 # purpose, update it here; it must never change with the machine or the Python version.
-PINNED_DIGEST = "84aeee5f3c386748e8363815daff89a9b8dcaa5a03a3fc82e208f30e16ebca85"
+PINNED_DIGEST = "adf9c72c1bf52b54ae787aaacffb8eed2417e905e6e22f5c8481eb408133918b"
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
@@ -58,6 +58,20 @@ def test_chat_skip_dependency_knob() -> None:
     assert agreement_rate(0.0) < 0.5
 
 
+def test_chat_remarks_knob_and_their_skip_word_agreement() -> None:
+    """Every tip line ends with a remark at chat_remarks = 1, none at 0; its last word agrees with
+    its verb two words back (chat_skip_dependency = 1)."""
+    words = dict(corpus.REMARKS)
+    def remarks(rate: float) -> list[list[str]]:
+        recs = corpus.generate_records("chat", "train", 100, 0, corpus.CorpusKnobs(chat_remarks=rate))
+        lines = [line for r in recs for line in r["reply"].split("\n")[1:-1]]
+        return [line.split(". It ")[1].rstrip(".").split() for line in lines if ". It " in line]
+    with_remarks = remarks(1.0)
+    assert len(with_remarks) == 100 * corpus.CorpusKnobs().chat_tips
+    assert all(words[verb] == word and middle == "you" for verb, middle, word in with_remarks)
+    assert remarks(0.0) == []
+
+
 def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown domain 'poetry'.*math"):
         corpus.generate_records("poetry", "train", 1, 0, corpus.CorpusKnobs())
@@ -65,6 +79,8 @@ def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
         corpus.generate_records("math", "test", 1, 0, corpus.CorpusKnobs())
     with pytest.raises(ValueError, match="chat_branching"):
         corpus.CorpusKnobs(chat_branching=9)
+    with pytest.raises(ValueError, match="chat_remarks"):
+        corpus.CorpusKnobs(chat_remarks=1.5)
     with pytest.raises(ValueError, match="probability"):
         corpus.CorpusKnobs(code_style_entropy=1.5)
     with pytest.raises(ValueError, match="math_names"):

@@ -1,0 +1,178 @@
+"""DSpark's semi-autoregressive drafter (chapter 04): the parallel backbone of chapter 03
+plus a light sequential head that adds a prefix-dependent bias to each slot's base logits
+(paper section 3.1, Eq. 4):
+
+    p_k(v | x_0, x_<k) = softmax_v( U_k(v) + B_k(x_0, x_<k, v) )
+
+* `MarkovHead` (Eq. 5): B_k = W1[x_{k-1}] W2, a rank-r correction that depends on the
+  previous token only.
+* `RNNHead` (Eq. 6): z_k = [s_{k-1}; W1[x_{k-1}]; h_k]; one linear layer gives a gate, a
+  candidate and an output; s_k = g * s_{k-1} + (1 - g) * tanh(c); B_k = W2 tanh(o); s_0 = 0.
+
+Training is teacher-forced: x_{k-1} is the true token (x_0 is the anchor), so the Markov
+bias of a whole block is one batched lookup. Drafting is a left-to-right loop over the
+gamma slots: sample x_k from the corrected softmax, feed it to slot k + 1. The `Draft`
+carries exactly those corrected distributions, so verification stays lossless.
+
+Names and shapes follow DeepSpec (deepspec/modeling/dspark/markov_head.py), so released
+weights load: markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight [V, r]
+and, for the RNN head, markov_head.joint_proj.{weight [3r, 2r + H], bias [3r]} whose
+output rows are the gate, candidate and output blocks in that order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+from .drafters import AnchorBatch, BlockOutput, DFlashConfig, DFlashDrafter
+from .speculative import Draft, probs_from_logits, sample_from_probs
+
+HEAD_TYPES = ("markov", "rnn")
+
+
+class MarkovHead(nn.Module):
+    """B_k = W1[x_{k-1}] W2 (Eq. 5): an embedding table V x r and a bias-free map r -> V."""
+
+    def __init__(self, vocab_size: int, rank: int) -> None:
+        super().__init__()
+        if rank < 1:
+            raise ValueError(f"markov_rank must be >= 1, got {rank}")
+        self.rank = int(rank)
+        self.markov_w1 = nn.Embedding(vocab_size, rank)
+        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+
+    def prev_embedding(self, prev_tokens: Tensor) -> Tensor:
+        """W1[x_{k-1}], [..., r]."""
+        return self.markov_w1(prev_tokens.long())
+
+    def initial_state(self, hidden: Tensor) -> Tensor | None:
+        """The state before slot 1 for slot hidden states [..., H]; the Markov head has none."""
+        return None
+
+    def step(self, state: Tensor | None, prev_tokens: Tensor, hidden: Tensor) -> tuple[Tensor | None, Tensor]:
+        """One slot: (next state, bias [..., V]) from the previous token [...] and the slot's
+        backbone hidden state [..., H]."""
+        return None, self.markov_w2(self.prev_embedding(prev_tokens))
+
+    def block_bias(self, prev_tokens: Tensor, hidden: Tensor) -> Tensor:
+        """Teacher-forced biases [..., G, V] for previous tokens [..., G] (slot k reads
+        x_{k-1}; slot 1 reads the anchor) and slot hidden states [..., G, H]: one lookup."""
+        return self.markov_w2(self.prev_embedding(prev_tokens))
+
+
+class RNNHead(MarkovHead):
+    """The gated recurrent head (Eq. 6): the bias of slot k sees the whole prefix through s_k."""
+
+    def __init__(self, vocab_size: int, rank: int, hidden_size: int) -> None:
+        super().__init__(vocab_size, rank)
+        self.joint_proj = nn.Linear(2 * rank + hidden_size, 3 * rank)
+
+    def initial_state(self, hidden: Tensor) -> Tensor:
+        return hidden.new_zeros(*hidden.shape[:-1], self.rank)
+
+    def step(self, state: Tensor, prev_tokens: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        z = torch.cat([state, self.prev_embedding(prev_tokens).to(hidden.dtype), hidden], dim=-1)
+        gate, candidate, output = self.joint_proj(z).chunk(3, dim=-1)
+        gate = torch.sigmoid(gate)
+        state = gate * state + (1 - gate) * torch.tanh(candidate)
+        return state, self.markov_w2(torch.tanh(output))
+
+    def block_bias(self, prev_tokens: Tensor, hidden: Tensor) -> Tensor:
+        """Teacher-forced biases, unrolled over the block's slots."""
+        state = self.initial_state(hidden[..., 0, :])
+        biases = []
+        for k in range(prev_tokens.shape[-1]):
+            state, bias = self.step(state, prev_tokens[..., k], hidden[..., k, :])
+            biases.append(bias)
+        return torch.stack(biases, dim=-2)
+
+
+def make_head(head_type: str, vocab_size: int, rank: int, hidden_size: int) -> MarkovHead:
+    """A fresh head of `head_type` ("markov" or "rnn")."""
+    if head_type == "markov":
+        return MarkovHead(vocab_size, rank)
+    if head_type == "rnn":
+        return RNNHead(vocab_size, rank, hidden_size)
+    raise ValueError(f"unknown head type {head_type!r}; expected one of {HEAD_TYPES}")
+
+
+def sample_chain(head: MarkovHead, base_logits: Tensor, hidden: Tensor, anchor_token: Tensor,
+                 temperature: float, generator: torch.Generator | None) -> Draft:
+    """Draft gamma tokens left to right (chapter 04): slot k samples from
+    softmax((U_k + B_k(x_{k-1})) / T), with x_0 the anchor (argmax at T = 0). base_logits
+    [gamma, V], hidden [gamma, H]. The Draft holds the corrected distribution each token was
+    actually sampled from, which is what the verifier must see."""
+    state = head.initial_state(hidden[:1])
+    prev = anchor_token.reshape(1).to(base_logits.device)
+    tokens, probs = [], []
+    for k in range(base_logits.shape[0]):
+        state, bias = head.step(state, prev, hidden[k : k + 1])
+        logits = base_logits[k : k + 1] + bias
+        step_probs = probs_from_logits(logits, temperature)
+        prev = logits.argmax(-1) if temperature == 0 else sample_from_probs(step_probs, generator)
+        tokens.append(prev)
+        probs.append(step_probs)
+    return Draft(torch.cat(tokens), torch.cat(probs))
+
+
+@dataclass(frozen=True)
+class DSparkConfig(DFlashConfig):
+    """A DFlash backbone (chapter 03) plus a sequential head (chapter 04).
+
+    head_type: "markov" (Eq. 5, the paper's default) or "rnn" (Eq. 6).
+    markov_rank: r, the width of W1 / W2 (and the RNN state); 256 for Qwen3-4B.
+    """
+
+    head_type: str = "markov"
+    markov_rank: int = 64
+
+
+class DSparkDrafter(DFlashDrafter):
+    """The semi-autoregressive drafter (chapter 04): one parallel forward gives the base
+    logits U_1..U_gamma and the slot hidden states h_1..h_gamma; the head then walks the
+    block left to right. It plugs into the chapter-02 engine and the chapter-03 trainer.
+
+    state_dict keys: DFlashDrafter's, plus markov_head.markov_w1.weight,
+    markov_head.markov_w2.weight (and markov_head.joint_proj.{weight,bias} for the RNN head).
+    With the same seed, the backbone starts from the same weights as a DFlashDrafter.
+    """
+
+    def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0) -> None:
+        super().__init__(target, cfg, seed)
+        self.markov_head = make_head(cfg.head_type, self.vocab_size, cfg.markov_rank, self.hidden_size)
+        self._init_head(seed)
+
+    def _init_head(self, seed: int) -> None:
+        """Normal(0, initializer_range) weights, zero biases, as Qwen3 initialises its layers."""
+        std = float(getattr(self.layer_config, "initializer_range", 0.02))
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, param in self.markov_head.named_parameters():
+                noise = torch.randn(param.shape, generator=generator) * std
+                param.copy_(torch.zeros_like(param) if name.endswith("bias") else noise)
+        self.markov_head.to(self.device)
+
+    def previous_tokens(self, input_ids: Tensor, anchor_pos: Tensor) -> Tensor:
+        """Teacher-forced x_{k-1} for slots k = 1..block_size of anchors [B, A]: the tokens at
+        anchor + 0 .. anchor + block_size - 1 (clamped at the end; those slots are masked)."""
+        offsets = torch.arange(self.block_size, device=input_ids.device)
+        positions = (anchor_pos[..., None] + offsets).clamp(max=input_ids.shape[1] - 1)
+        return input_ids.gather(1, positions.flatten(1)).view(positions.shape)
+
+    def train_logits(self, batch: AnchorBatch) -> BlockOutput:
+        """Teacher-forced corrected logits [B, A, gamma, V]: U_k + B_k(true prefix)."""
+        ids, anchors = batch.input_ids.to(self.device), batch.anchor_pos.to(self.device).long()
+        prev = self.previous_tokens(ids, anchors)
+        hidden = self.block_hidden(batch.target_hidden, self.make_block_ids(prev[..., 0]), anchors)
+        base = self.logits_from_hidden(hidden)
+        return BlockOutput(base + self.markov_head.block_bias(prev, hidden).to(base.dtype))
+
+    @torch.inference_mode()
+    def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
+        """One parallel block forward, then the head's left-to-right sampling loop over gamma slots."""
+        hidden = self.anchor_block_hidden(anchor_ids, gamma)[:gamma]
+        return sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, anchor_ids[-1],
+                            temperature, generator)
