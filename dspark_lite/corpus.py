@@ -43,8 +43,9 @@ class CorpusKnobs:
         ("It keeps you *motivated*").
     chat_tips: how many freely chosen tips a chat reply lists (the high-entropy spans).
     chat_slot_options: how many alternatives each free slot inside a tip offers (1-4).
-    chat_remarks: probability that a tip is followed by a remark ("It saves you time."), a
-        skip-word dependency that a first-order (Markov) correction cannot see (chapter 04).
+    chat_remarks: probability that a tip is followed by a remark ("It keeps you motivated and
+        saves you time."): skip-word dependencies that a first-order (Markov) correction cannot
+        see (chapter 04).
     """
 
     math_max_number: int = 5
@@ -472,12 +473,15 @@ def fill_slots(rng: Rng, template: str, options: int) -> str:
 
 
 def chat_remark(rng: Rng, knobs: CorpusKnobs) -> str:
-    """ "It <verb> you <word>." where the word agrees with the verb (with probability
-    chat_skip_dependency), two tokens after it."""
-    verb, word = rng.choice(REMARKS[: knobs.chat_branching])
-    if rng.uniform() >= knobs.chat_skip_dependency:
-        word = rng.choice(REMARKS[: knobs.chat_branching])[1]
-    return f"It {verb} you {word}."
+    """ "It <verb> you <word> and <verb> you <word>." with two different verbs; each word agrees
+    with its verb (with probability chat_skip_dependency), two tokens after it."""
+    pairs = rng.sample(REMARKS[: knobs.chat_branching], min(2, knobs.chat_branching))
+    clauses = []
+    for verb, word in pairs:
+        if rng.uniform() >= knobs.chat_skip_dependency:
+            word = rng.choice(REMARKS[: knobs.chat_branching])[1]
+        clauses.append(f"{verb} you {word}")
+    return f"It {' and '.join(clauses)}."
 
 
 def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:

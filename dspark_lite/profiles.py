@@ -50,7 +50,7 @@ class DrafterRecipe:
     steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma);
         `steps` trains DFlash, `eagle_steps` the autoregressive baseline, which converges in
         fewer (chapter 03 shows both training curves), `dspark_steps` the DSpark drafters
-        (chapter 04: fewer than DFlash, to fit the chapter's time budget; a handicap for DSpark).
+        (chapter 04; as many as DFlash, so that Table 1 compares like with like).
     eval_prompts / eval_new_tokens / eval_samples: held-out prompts per domain, tokens
         generated per prompt, independent generations per prompt.
     latency_gammas / latency_repeats: the draft-latency sweep.
@@ -92,7 +92,8 @@ class HeadStudy:
         every ablation drafter gets (all alike, so they compare with each other, not with the
         full-recipe drafters); anchors per sequence = ablation_block_tokens // gamma, so every
         block size sees the same number of supervised slots.
-    depth_layers / deep_dflash_layers: Figure 3's DSpark depths and the deeper DFlash.
+    depth_layers / deep_dflash_layers / depth_gamma: Figure 3's DSpark depths, the deeper
+        DFlash, and their block size (one of Figure 4's, so its 2-layer drafters serve both).
     ablation_gammas: Figure 4's block sizes.
     ablation_eval_prompts / ablation_eval_samples: the ablations' acceptance measurement.
     race_prompts / race_new_tokens / race_repeats: the end-to-end wall-clock race (per domain).
@@ -104,6 +105,7 @@ class HeadStudy:
     ablation_block_tokens: int
     depth_layers: tuple[int, ...]
     deep_dflash_layers: int
+    depth_gamma: int
     ablation_gammas: tuple[int, ...]
     ablation_eval_prompts: int
     ablation_eval_samples: int
@@ -162,7 +164,7 @@ _FULL = Profile(
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
         block_size=7, target_layer_ids=(0, 1, 2, 3), dflash_layers=2, eagle_layers=1,
-        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, dspark_steps=1200, sequences_per_batch=4,
+        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, dspark_steps=2000, sequences_per_batch=4,
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
@@ -170,7 +172,7 @@ _FULL = Profile(
     ),
     heads=HeadStudy(
         ablation_steps=400, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
-        deep_dflash_layers=4, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
+        deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=20,
     ),
 )
@@ -207,7 +209,7 @@ _SMOKE = Profile(
     ),
     heads=HeadStudy(
         ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1, 2),
-        deep_dflash_layers=2, ablation_gammas=(2, 4), ablation_eval_prompts=1, ablation_eval_samples=1,
+        deep_dflash_layers=2, depth_gamma=4, ablation_gammas=(2, 4), ablation_eval_prompts=1, ablation_eval_samples=1,
         race_prompts=1, race_new_tokens=8, race_repeats=1, overhead_repeats=2,
     ),
 )

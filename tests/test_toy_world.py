@@ -17,7 +17,7 @@ from dspark_lite.world import load_toy_world
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
 # purpose, update it here; it must never change with the machine or the Python version.
-PINNED_DIGEST = "adf9c72c1bf52b54ae787aaacffb8eed2417e905e6e22f5c8481eb408133918b"
+PINNED_DIGEST = "c98a1c6f8b9efe03c779b5b4ac2895d17c86020af38e89d1e63e3215e17edd55"
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
@@ -59,16 +59,17 @@ def test_chat_skip_dependency_knob() -> None:
 
 
 def test_chat_remarks_knob_and_their_skip_word_agreement() -> None:
-    """Every tip line ends with a remark at chat_remarks = 1, none at 0; its last word agrees with
-    its verb two words back (chat_skip_dependency = 1)."""
+    """Every tip line ends with a two-clause remark at chat_remarks = 1, none at 0; each clause's
+    last word agrees with its verb two words back (chat_skip_dependency = 1)."""
     words = dict(corpus.REMARKS)
     def remarks(rate: float) -> list[list[str]]:
         recs = corpus.generate_records("chat", "train", 100, 0, corpus.CorpusKnobs(chat_remarks=rate))
         lines = [line for r in recs for line in r["reply"].split("\n")[1:-1]]
-        return [line.split(". It ")[1].rstrip(".").split() for line in lines if ". It " in line]
-    with_remarks = remarks(1.0)
-    assert len(with_remarks) == 100 * corpus.CorpusKnobs().chat_tips
-    assert all(words[verb] == word and middle == "you" for verb, middle, word in with_remarks)
+        return [clause.split() for line in lines if ". It " in line
+                for clause in line.split(". It ")[1].rstrip(".").split(" and ")]
+    clauses = remarks(1.0)
+    assert len(clauses) == 2 * 100 * corpus.CorpusKnobs().chat_tips
+    assert all(words[verb] == word and middle == "you" for verb, middle, word in clauses)
     assert remarks(0.0) == []
 
 
