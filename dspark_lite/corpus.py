@@ -43,9 +43,9 @@ class CorpusKnobs:
         ("It keeps you *motivated*").
     chat_tips: how many freely chosen tips a chat reply lists (the high-entropy spans).
     chat_slot_options: how many alternatives each free slot inside a tip offers (1-4).
-    chat_remarks: probability that a tip is followed by a remark ("It keeps you motivated and
-        saves you time."): skip-word dependencies that a first-order (Markov) correction cannot
-        see (chapter 04).
+    chat_remarks: probability that the opening line and each tip end with a remark ("It keeps you
+        motivated, saves you time and helps you relax."): skip-word dependencies that a
+        first-order (Markov) correction cannot see (chapter 04).
     """
 
     math_max_number: int = 5
@@ -473,15 +473,16 @@ def fill_slots(rng: Rng, template: str, options: int) -> str:
 
 
 def chat_remark(rng: Rng, knobs: CorpusKnobs) -> str:
-    """ "It <verb> you <word> and <verb> you <word>." with two different verbs; each word agrees
-    with its verb (with probability chat_skip_dependency), two tokens after it."""
-    pairs = rng.sample(REMARKS[: knobs.chat_branching], min(2, knobs.chat_branching))
+    """ "It <verb> you <word>, <verb> you <word> and <verb> you <word>." with three different
+    verbs; each word agrees with its verb (with probability chat_skip_dependency), two tokens
+    after it."""
     clauses = []
-    for verb, word in pairs:
+    for verb, word in rng.sample(REMARKS[: knobs.chat_branching], min(3, knobs.chat_branching)):
         if rng.uniform() >= knobs.chat_skip_dependency:
             word = rng.choice(REMARKS[: knobs.chat_branching])[1]
         clauses.append(f"{verb} you {word}")
-    return f"It {' and '.join(clauses)}."
+    listed = clauses[0] if len(clauses) == 1 else f"{', '.join(clauses[:-1])} and {clauses[-1]}"
+    return f"It {listed}."
 
 
 def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
@@ -492,12 +493,12 @@ def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
     adjective, verb = rng.choice(AGREEMENT[:b])
     if rng.uniform() >= knobs.chat_skip_dependency:  # break the agreement on purpose
         verb = rng.choice(AGREEMENT[:b])[1]
-    lines = [f"{rng.choice(OPENERS[:b])} I would be {adjective} to {verb}. {rng.choice(LEADS[:b])}"]
+    remark = lambda line: f"{line} {chat_remark(rng, knobs)}" if rng.uniform() < knobs.chat_remarks else line
+    lines = [remark(f"{rng.choice(OPENERS[:b])} I would be {adjective} to {verb}. {rng.choice(LEADS[:b])}")]
     chosen = rng.sample(tips, knobs.chat_tips)
     for i, tip in enumerate(chosen):
         ordinal = FINALS if i == len(chosen) - 1 and i > 0 else ORDINALS[i]
-        line = f"{rng.choice(ordinal[:b])} {fill_slots(rng, tip, knobs.chat_slot_options)}."
-        lines.append(f"{line} {chat_remark(rng, knobs)}" if rng.uniform() < knobs.chat_remarks else line)
+        lines.append(remark(f"{rng.choice(ordinal[:b])} {fill_slots(rng, tip, knobs.chat_slot_options)}."))
     lines.append(f"{rng.choice(CLOSERS[:b])} {rng.choice(WISHES[:b]).format(noun=noun)}")
     return prompt, "\n".join(lines)
 

@@ -17,7 +17,7 @@ from dspark_lite.world import load_toy_world
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
 # purpose, update it here; it must never change with the machine or the Python version.
-PINNED_DIGEST = "c98a1c6f8b9efe03c779b5b4ac2895d17c86020af38e89d1e63e3215e17edd55"
+PINNED_DIGEST = "dc6a2ce5aa69f9a7dc0037b37f33e9ed95b5697f8245a428dde3576383b588bd"
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
@@ -59,18 +59,18 @@ def test_chat_skip_dependency_knob() -> None:
 
 
 def test_chat_remarks_knob_and_their_skip_word_agreement() -> None:
-    """Every tip line ends with a two-clause remark at chat_remarks = 1, none at 0; each clause's
-    last word agrees with its verb two words back (chat_skip_dependency = 1)."""
+    """The opening line and every tip end with a three-clause remark at chat_remarks = 1, none at
+    0; each clause's last word agrees with its verb two words back (chat_skip_dependency = 1)."""
     words = dict(corpus.REMARKS)
-    def remarks(rate: float) -> list[list[str]]:
+    def clauses(rate: float) -> list[list[str]]:
         recs = corpus.generate_records("chat", "train", 100, 0, corpus.CorpusKnobs(chat_remarks=rate))
-        lines = [line for r in recs for line in r["reply"].split("\n")[1:-1]]
-        return [clause.split() for line in lines if ". It " in line
-                for clause in line.split(". It ")[1].rstrip(".").split(" and ")]
-    clauses = remarks(1.0)
-    assert len(clauses) == 2 * 100 * corpus.CorpusKnobs().chat_tips
-    assert all(words[verb] == word and middle == "you" for verb, middle, word in clauses)
-    assert remarks(0.0) == []
+        remarks = [line.split(" It ")[-1].rstrip(".") for r in recs for line in r["reply"].split("\n")
+                   if " It " in line]
+        return [c.split() for remark in remarks for c in remark.replace(" and ", ", ").split(", ")]
+    found = clauses(1.0)
+    assert len(found) == 3 * 100 * (corpus.CorpusKnobs().chat_tips + 1)
+    assert all(words[verb] == word and middle == "you" for verb, middle, word in found)
+    assert clauses(0.0) == []
 
 
 def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
