@@ -563,3 +563,38 @@ class IsotonicCalibration(Calibrator):
             if knots is not None:
                 out[:, k] = np.clip(np.interp(conf[:, k], *knots), self.eps, 1 - self.eps)
         return out
+
+
+# ----------------------------------------------------------------------------------------
+# The static-threshold sweep (Figure 5)
+# ----------------------------------------------------------------------------------------
+
+
+def threshold_lengths(c: Any, threshold: float, cumulative: bool = False) -> np.ndarray:
+    """Draft lengths l[N] a static threshold keeps (chapter 05): each block is cut before its
+    first position whose confidence c_k (or, with `cumulative`, whose survival a_k) is below
+    `threshold`, as DeepSpec's evaluation does; a threshold of 0 keeps every block whole."""
+    conf = validate_confidences(c)
+    if not np.isfinite(threshold) or not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must lie in [0, 1]; got {threshold}")
+    below = (np.cumprod(conf, axis=1) if cumulative else conf) < threshold
+    return np.where(below.any(axis=1), below.argmax(axis=1), conf.shape[1])
+
+
+def threshold_sweep(c: Any, n_accepted: Any, thresholds: Sequence[float], cumulative: bool = False) -> pd.DataFrame:
+    """Figure 5 from recorded rollouts (chapter 05): per threshold, the mean accepted and
+    rejected draft tokens per round when each block is cut by `threshold_lengths`, the
+    acceptance rate (accepted / verified drafts; NaN if nothing is drafted), tau (accepted + 1
+    per round) and the tokens verified per round (drafts + 1). A block's acceptance does not
+    depend on what follows it, so a cut block accepts min(l, n_accepted) of its drafts."""
+    conf, counts = _validate_pair(c, n_accepted)
+    rows = []
+    for threshold in thresholds:
+        lengths = threshold_lengths(conf, float(threshold), cumulative)
+        accepted = np.minimum(lengths, counts)
+        drafted = lengths.sum()
+        rows.append({"threshold": float(threshold), "accepted_per_round": accepted.mean(),
+                     "rejected_per_round": (lengths - accepted).mean(),
+                     "acceptance_rate": accepted.sum() / drafted if drafted else np.nan,
+                     "tau": accepted.mean() + 1.0, "verified_per_round": lengths.mean() + 1.0})
+    return pd.DataFrame(rows).set_index("threshold")

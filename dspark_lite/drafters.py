@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .speculative import Draft, probs_from_logits, sample_from_probs
+from .speculative import Draft, gumbel_perturbed, probs_from_logits
 
 KVPair = tuple[Tensor, Tensor]
 
@@ -251,9 +251,8 @@ def _init_linear_weights(module: nn.Module, std: float, seed: int) -> None:
 def sample_slots(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Draft:
     """Sample each slot of `logits` [gamma, V] independently from softmax(logits / T)
     (argmax at T = 0); the Draft holds the exact float32 distributions (chapter 03)."""
-    probs = probs_from_logits(logits, temperature)
-    tokens = logits.argmax(-1) if temperature == 0 else sample_from_probs(probs, generator)
-    return Draft(tokens, probs)
+    tokens = gumbel_perturbed(logits, temperature, generator).argmax(-1)
+    return Draft(tokens, probs_from_logits(logits, temperature))
 
 
 class HiddenStateDrafter(nn.Module):

@@ -18,6 +18,9 @@ Names and shapes follow DeepSpec (deepspec/modeling/dspark/markov_head.py), so r
 weights load: markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight [V, r]
 and, for the RNN head, markov_head.joint_proj.{weight [3r, 2r + H], bias [3r]} whose
 output rows are the gate, candidate and output blocks in that order.
+
+Chapter 05 adds the `ConfidenceHead` (Eq. 7): c_k = sigmoid(w . [h_k; W1[x_{k-1}]]), trained
+jointly against 1 - TV (Eq. 8) or attached to a frozen drafter; the Draft carries c_1..c_gamma.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from .drafters import AnchorBatch, BlockOutput, DFlashConfig, DFlashDrafter
-from .speculative import Draft, probs_from_logits, sample_from_probs
+from .speculative import Draft, gumbel_perturbed, probs_from_logits
 
 HEAD_TYPES = ("markov", "rnn")
 
@@ -90,6 +93,21 @@ class RNNHead(MarkovHead):
         return torch.stack(biases, dim=-2)
 
 
+class ConfidenceHead(nn.Module):
+    """c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b) (Eq. 7, chapter 05): one linear layer on the
+    slot's backbone hidden state and the Markov head's embedding of the token before the slot.
+    It predicts whether x_k will survive verification, before x_k is sampled. Key names follow
+    DeepSpec: confidence_head.proj.{weight [1, H + r], bias [1]}."""
+
+    def __init__(self, hidden_size: int, rank: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size + rank, 1)
+
+    def forward(self, hidden: Tensor, prev_embedding: Tensor) -> Tensor:
+        """Confidence logits [...] for slot hidden states [..., H] and W1[x_{k-1}] [..., r]."""
+        return self.proj(torch.cat([hidden, prev_embedding.to(hidden.dtype)], dim=-1)).squeeze(-1)
+
+
 def make_head(head_type: str, vocab_size: int, rank: int, hidden_size: int) -> MarkovHead:
     """A fresh head of `head_type` ("markov" or "rnn")."""
     if head_type == "markov":
@@ -104,18 +122,24 @@ def sample_chain(head: MarkovHead, base_logits: Tensor, hidden: Tensor, anchor_t
     """Draft gamma tokens left to right (chapter 04): slot k samples from
     softmax((U_k + B_k(x_{k-1})) / T), with x_0 the anchor (argmax at T = 0). base_logits
     [gamma, V], hidden [gamma, H]. The Draft holds the corrected distribution each token was
-    actually sampled from, which is what the verifier must see."""
+    actually sampled from, which is what the verifier must see.
+
+    The loop does only what must be sequential: the head's step and an argmax. Sampling uses
+    the Gumbel-max trick with the noise of all slots drawn up front, and the softmaxes of the
+    corrected logits are taken once, after the loop."""
+    base = base_logits.float()
+    scale = 1.0 if temperature == 0 else 1.0 / temperature
+    perturbed = gumbel_perturbed(base, temperature, generator)
     state = head.initial_state(hidden[:1])
-    prev = anchor_token.reshape(1).to(base_logits.device)
-    tokens, probs = [], []
-    for k in range(base_logits.shape[0]):
+    prev = anchor_token.reshape(1).to(base.device)
+    tokens, biases = [], []
+    for k in range(base.shape[0]):
         state, bias = head.step(state, prev, hidden[k : k + 1])
-        logits = base_logits[k : k + 1] + bias
-        step_probs = probs_from_logits(logits, temperature)
-        prev = logits.argmax(-1) if temperature == 0 else sample_from_probs(step_probs, generator)
+        bias = bias.float()
+        prev = (perturbed[k : k + 1] + bias * scale).argmax(-1)
         tokens.append(prev)
-        probs.append(step_probs)
-    return Draft(torch.cat(tokens), torch.cat(probs))
+        biases.append(bias)
+    return Draft(torch.cat(tokens), probs_from_logits(base + torch.cat(biases), temperature))
 
 
 @dataclass(frozen=True)
@@ -124,10 +148,12 @@ class DSparkConfig(DFlashConfig):
 
     head_type: "markov" (Eq. 5, the paper's default) or "rnn" (Eq. 6).
     markov_rank: r, the width of W1 / W2 (and the RNN state); 256 for Qwen3-4B.
+    confidence_head: add the confidence head of Eq. 7 (chapter 05), trained jointly.
     """
 
     head_type: str = "markov"
     markov_rank: int = 64
+    confidence_head: bool = False
 
 
 class DSparkDrafter(DFlashDrafter):
@@ -143,17 +169,52 @@ class DSparkDrafter(DFlashDrafter):
     def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0) -> None:
         super().__init__(target, cfg, seed)
         self.markov_head = make_head(cfg.head_type, self.vocab_size, cfg.markov_rank, self.hidden_size)
-        self._init_head(seed)
+        self._init_head(self.markov_head, seed + 1)
+        self.confidence_head: ConfidenceHead | None = None
+        if cfg.confidence_head:
+            self.add_confidence_head(seed)
 
-    def _init_head(self, seed: int) -> None:
+    def _init_head(self, head: nn.Module, seed: int) -> None:
         """Normal(0, initializer_range) weights, zero biases, as Qwen3 initialises its layers."""
         std = float(getattr(self.layer_config, "initializer_range", 0.02))
-        generator = torch.Generator().manual_seed(seed + 1)
+        generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
-            for name, param in self.markov_head.named_parameters():
+            for name, param in head.named_parameters():
                 noise = torch.randn(param.shape, generator=generator) * std
                 param.copy_(torch.zeros_like(param) if name.endswith("bias") else noise)
-        self.markov_head.to(self.device)
+        head.to(self.device)
+
+    def add_confidence_head(self, seed: int = 0, freeze_drafter: bool = False) -> ConfidenceHead:
+        """Attach a fresh confidence head (chapter 05). With freeze_drafter, every other weight
+        stops training, so the trainer fits the head alone on a trained drafter."""
+        if freeze_drafter:
+            self.requires_grad_(False)
+        self.confidence_head = ConfidenceHead(self.hidden_size, self.markov_head.rank)
+        self._init_head(self.confidence_head, seed + 2)
+        return self.confidence_head
+
+    def confidences(self, hidden: Tensor, prev_tokens: Tensor) -> Tensor:
+        """c_k = sigmoid(confidence logits) [..., G] for slot hidden states [..., G, H] and the
+        tokens before the slots [..., G] (chapter 05)."""
+        if self.confidence_head is None:
+            raise ValueError("this DSpark drafter has no confidence head; build it with confidence_head=True "
+                             "or call add_confidence_head()")
+        return torch.sigmoid(self.confidence_head(hidden, self.markov_head.prev_embedding(prev_tokens)).float())
+
+    def load_backbone(self, backbone: DFlashDrafter) -> "DSparkDrafter":
+        """Start from a trained DFlash drafter (chapter 04): copy its weights into the backbone
+        and zero W2, so that this drafter drafts exactly as `backbone` until it trains further."""
+        heads = ("markov_head.", "confidence_head.")
+        ours = {k: v.shape for k, v in self.state_dict().items() if not k.startswith(heads)}
+        theirs = {k: v.shape for k, v in backbone.state_dict().items()}
+        if ours != theirs:
+            foreign = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+            raise ValueError(f"{type(backbone).__name__} is not a DFlash backbone of this drafter: "
+                             f"keys {foreign[:4]} differ in name or shape")
+        self.load_state_dict(backbone.state_dict(), strict=False)
+        with torch.no_grad():
+            self.markov_head.markov_w2.weight.zero_()
+        return self
 
     def previous_tokens(self, input_ids: Tensor, anchor_pos: Tensor) -> Tensor:
         """Teacher-forced x_{k-1} for slots k = 1..block_size of anchors [B, A]: the tokens at
@@ -168,11 +229,18 @@ class DSparkDrafter(DFlashDrafter):
         prev = self.previous_tokens(ids, anchors)
         hidden = self.block_hidden(batch.target_hidden, self.make_block_ids(prev[..., 0]), anchors)
         base = self.logits_from_hidden(hidden)
-        return BlockOutput(base + self.markov_head.block_bias(prev, hidden).to(base.dtype))
+        confidence_logits = None
+        if self.confidence_head is not None:
+            confidence_logits = self.confidence_head(hidden, self.markov_head.prev_embedding(prev))
+        return BlockOutput(base + self.markov_head.block_bias(prev, hidden).to(base.dtype), confidence_logits)
 
     @torch.inference_mode()
     def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """One parallel block forward, then the head's left-to-right sampling loop over gamma slots."""
         hidden = self.anchor_block_hidden(anchor_ids, gamma)[:gamma]
-        return sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, anchor_ids[-1],
-                            temperature, generator)
+        draft = sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, anchor_ids[-1],
+                             temperature, generator)
+        if self.confidence_head is not None:
+            prev = torch.cat([anchor_ids[-1:].to(draft.tokens.device), draft.tokens[:-1]])
+            draft.confidences = self.confidences(hidden, prev)
+        return draft

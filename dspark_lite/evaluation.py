@@ -5,7 +5,7 @@ drafting with gamma tokens per round, temperature 1.0 for target and drafter ali
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Sequence
 
 import numpy as np
@@ -29,23 +29,29 @@ class DomainAcceptance:
     prefix_survival: list[float]
     rounds: int
     tokens: int
+    records: list[RoundRecord] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Everything but the round records."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
 
 
-def summarize(domain: str, rounds: Sequence[RoundRecord], gamma: int, tokens: int) -> DomainAcceptance:
-    """A DomainAcceptance from the round records of one domain."""
+def summarize(domain: str, rounds: Sequence[RoundRecord], gamma: int, tokens: int,
+              keep_records: bool = False) -> DomainAcceptance:
+    """A DomainAcceptance from the round records of one domain (kept if `keep_records`)."""
     as_list = lambda values: [None if np.isnan(v) else round(float(v), 4) for v in values]
     return DomainAcceptance(domain, float(tau(rounds)), as_list(conditional_acceptance(rounds, gamma)),
-                            as_list(prefix_survival(rounds, gamma)), len(rounds), tokens)
+                            as_list(prefix_survival(rounds, gamma)), len(rounds), tokens,
+                            list(rounds) if keep_records else None)
 
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
                        samples: int = 1, temperature: float = 1.0, seed: int = 0,
-                       domains: Sequence[str] = corpus.DOMAINS, desc: str = "acceptance") -> dict[str, DomainAcceptance]:
+                       domains: Sequence[str] = corpus.DOMAINS, desc: str = "acceptance",
+                       keep_records: bool = False) -> dict[str, DomainAcceptance]:
     """Speculative generation, `samples` times each, on the first `n_prompts` held-out prompts
-    of each domain; returns {domain: DomainAcceptance}. Seeded: the same call gives the same
+    of each domain; returns {domain: DomainAcceptance}, with every round's record if
+    `keep_records` (chapter 05 calibrates on them). Seeded: the same call gives the same
     numbers."""
     if min(n_prompts, new_tokens, gamma, samples) < 1:
         raise ValueError(f"need n_prompts, new_tokens, gamma and samples >= 1, got {n_prompts}, {new_tokens}, "
@@ -61,5 +67,5 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
                                        temperature, generator, eos)
             rounds += out.rounds
             tokens += len(out.tokens)
-        report[domain] = summarize(domain, rounds, gamma, tokens)
+        report[domain] = summarize(domain, rounds, gamma, tokens, keep_records)
     return report

@@ -49,8 +49,10 @@ class DrafterRecipe:
         and at most how many tokens each.
     steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma);
         `steps` trains DFlash, `eagle_steps` the autoregressive baseline, which converges in
-        fewer (chapter 03 shows both training curves), `dspark_steps` the DSpark drafters
-        (chapter 04; as many as DFlash, so that Table 1 compares like with like).
+        fewer (chapter 03 shows both training curves), `dspark_steps` DSpark drafters trained
+        from scratch (as many as DFlash), `finetune_steps` the steps chapter 04 trains DSpark on
+        top of the trained DFlash backbone, and DFlash itself for as many more steps, so that
+        Table 1 compares like with like.
     eval_prompts / eval_new_tokens / eval_samples: held-out prompts per domain, tokens
         generated per prompt, independent generations per prompt.
     latency_gammas / latency_repeats: the draft-latency sweep.
@@ -82,6 +84,7 @@ class DrafterRecipe:
     collision_contexts: int
     collision_samples: int
     markov_rank: int
+    finetune_steps: int
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,55 @@ class HeadStudy:
 
 
 @dataclass(frozen=True)
+class ConfidenceStudy:
+    """Chapter 05's sizes: the recorded rollouts that calibration is measured on.
+
+    rollout_prompts / rollout_samples: held-out prompts per domain and generations per prompt
+        whose every round is recorded (confidences c_1..c_gamma and the accepted count).
+    frozen_head_steps: steps that train a confidence head alone on the frozen chapter-04 drafter.
+    calibration_fraction: share of the recorded blocks that fits the calibrators (the rest tests).
+    thresholds: the static thresholds of the Figure 5 sweep.
+    """
+
+    rollout_prompts: int
+    rollout_samples: int
+    frozen_head_steps: int
+    calibration_fraction: float
+    thresholds: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ServingStudy:
+    """Chapter 06's sizes: the cost table, the serving simulator and the real batched step.
+
+    profile_batch_sizes: batch token counts B at which SPS(B) is measured (interpolated between).
+    profile_requests / profile_context / profile_repeats: requests the B tokens are spread over,
+        their cached context length, and timings per size (median).
+    concurrencies: the R values of the simulator's sweep; sim_steps: steps simulated per R.
+    real_concurrencies / real_repeats: the real batched verification step's R values and timings.
+    appendix_a_trials: Monte Carlo trials per scheduler in the Appendix A test (the claim needs >= 100k).
+    check_instances: random small instances on which Algorithm 1 is checked against its reference
+        loop and against brute force.
+    sim_replays: independent replays the simulated steps are split into; their spread is the noise.
+    ranking_tie: schedulers predicted within this relative gap of each other count as tied when the
+        real batched steps' ranking is checked.
+    """
+
+    profile_batch_sizes: tuple[int, ...]
+    profile_requests: int
+    profile_context: int
+    profile_repeats: int
+    concurrencies: tuple[int, ...]
+    sim_steps: int
+    real_concurrencies: tuple[int, ...]
+    real_repeats: int
+    appendix_a_trials: int
+    check_instances: int
+    sim_replays: int
+    ranking_tie: float
+
+
+@dataclass(frozen=True)
 class Profile:
     """All sizes of one profile. Chapters read the fields they need."""
 
@@ -134,6 +186,8 @@ class Profile:
     gammas: tuple[int, ...]
     drafter: DrafterRecipe
     heads: HeadStudy
+    confidence: ConfidenceStudy
+    serving: ServingStudy
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,12 +222,20 @@ _FULL = Profile(
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
-        collision_contexts=20, collision_samples=10, markov_rank=64,
+        collision_contexts=20, collision_samples=10, markov_rank=64, finetune_steps=500,
     ),
     heads=HeadStudy(
-        ablation_steps=400, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
+        ablation_steps=250, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
+    ),
+    confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=2, frozen_head_steps=300,
+                               calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
+    serving=ServingStudy(
+        profile_batch_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048),
+        profile_requests=256, profile_context=128, profile_repeats=5,
+        concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sim_steps=300, real_concurrencies=(1, 4, 16), real_repeats=10,
+        appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
 )
 
@@ -205,12 +267,19 @@ _SMOKE = Profile(
         anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
         latency_gammas=(1, 4), latency_repeats=2,
-        collision_contexts=2, collision_samples=2, markov_rank=8,
+        collision_contexts=2, collision_samples=2, markov_rank=8, finetune_steps=4,
     ),
     heads=HeadStudy(
         ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1, 2),
         deep_dflash_layers=2, depth_gamma=4, ablation_gammas=(2, 4), ablation_eval_prompts=1, ablation_eval_samples=1,
         race_prompts=1, race_new_tokens=8, race_repeats=1, overhead_repeats=2,
+    ),
+    confidence=ConfidenceStudy(rollout_prompts=2, rollout_samples=1, frozen_head_steps=3,
+                               calibration_fraction=0.5, thresholds=(0.0, 0.3, 0.6, 0.9)),
+    serving=ServingStudy(
+        profile_batch_sizes=(1, 2, 4, 8, 16, 20), profile_requests=4, profile_context=16, profile_repeats=1,
+        concurrencies=(1, 2, 4), sim_steps=10, real_concurrencies=(1, 4), real_repeats=1,
+        appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
 )
 

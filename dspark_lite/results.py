@@ -101,8 +101,21 @@ HEADLINES: tuple[tuple[str, str, str, str, str], ...] = (
     ("04", "table1_toy", "gamma_sweep_macro_gain_pct.16", "DSpark gain over DFlash at gamma 16, lean recipe (%)", "+26 at gamma 15"),
     ("04", "table1_toy", "head_overhead_pct_at_gamma", "Markov head's round-latency overhead at gamma 7 (%)", "0.2-1.3"),
     ("04", "table1_toy", "e2e_speedup_mean", "DSpark end-to-end speed-up over the target alone, T = 1", "-"),
-    ("05", "confidence", "sts_ece_reduction", "ECE reduction by STS", "to about 1%"),
+    ("05", "confidence", "auroc_raw_min", "confidence head: lowest per-position AUROC (raw)", "0.81-0.91"),
+    ("05", "confidence", "sts_ece_drop_pct", "STS: drop of the mean ECE of a_k on the test split (%)", "-"),
+    ("05", "confidence", "tau_change_with_head_pct", "tau change from adding the confidence head (%)", "-"),
+    ("05", "confidence", "acceptance_rise_points.chat", "chat acceptance rate, threshold 0 -> 0.9 (points)", "+50.0 (45.7% -> 95.7%)"),
+    ("05", "confidence", "callback_ms_median", "threshold panel callback (ms, median)", "-"),
     ("06", "scheduler", "gain_over_mtp1", "throughput gain over MTP-1", "+51% (V4 Flash)"),
+    ("06", "scheduler", "gain_over_mtp1_sla2", "throughput gain over MTP-1 at the second (higher-load) SLA point (%)", "+52% (V4 Pro)"),
+    ("06", "scheduler", "gain_over_mtp1_synthetic", "throughput gain over MTP-1, synthetic GPU-like cost table (%)", "+51% (V4 Flash)"),
+    ("06", "scheduler", "min_gain_over_best_baseline_pct", "DSpark vs the best baseline at its worst R, measured CPU table (%)", "-"),
+    ("06", "scheduler", "budget_at_min_R", "DSpark verification budget at the lowest load (tokens/request)", "about 4-6 at moderate load"),
+    ("06", "scheduler", "budget_at_max_R", "DSpark verification budget at the highest load (tokens/request)", "shrinks with load (MTP-1: 2)"),
+    ("06", "scheduler", "appendix_a.retrospective", "Appendix A: P(A) under the retrospective search", "0.85"),
+    ("06", "scheduler", "appendix_a.causal", "Appendix A: P(A) under Algorithm 1 (lossless: 0.70)", "0.70"),
+    ("06", "scheduler", "scheduler_median_us", "Algorithm 1 per call at R = 256, gamma = 7 (us, median)", "-"),
+    ("06", "scheduler", "real_step_ordering_agrees", "real batched steps rank the schedulers as the simulator predicted", "-"),
 )
 
 

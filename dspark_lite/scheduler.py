@@ -152,16 +152,40 @@ class StepCurve:
         return cls(tuple(np.asarray(sizes).tolist()), tuple((1.0 / seconds).tolist()), dict(meta or {}))
 
     @classmethod
-    def analytic(cls, max_batch: int, knee: int, base_sps: float = 1.0) -> StepCurve:
+    def analytic(cls, max_batch: int, knee: int, base_sps: float = 1.0, slope: float = 1.0) -> StepCurve:
         """SYNTHETIC curve, not a measurement: SPS(B) = base_sps up to the knee (memory-bound,
-        a step costs the same however many tokens), then base_sps * knee / B (compute-bound,
-        step time linear in B). Sizes 1..max_batch. Chapter 06 builds it."""
+        a step costs the same however many tokens), then base_sps * (knee / B) ** slope
+        (compute-bound; slope 1: step time linear in B, larger: steeper). Sizes 1..max_batch.
+        Chapter 06 builds it."""
         if int(max_batch) != max_batch or max_batch < 1 or int(knee) != knee or knee < 1:
             raise ValueError(f"max_batch and knee must be integers >= 1; got {max_batch}, {knee}")
+        if not np.isfinite(slope) or slope <= 0:
+            raise ValueError(f"slope must be a positive finite number; got {slope}")
         sizes = np.arange(1, int(max_batch) + 1)
-        sps = base_sps * np.minimum(1.0, knee / sizes)
+        sps = base_sps * np.minimum(1.0, knee / sizes) ** slope
         return cls(tuple(sizes.tolist()), tuple(sps.tolist()),
-                   {"kind": "synthetic", "knee": int(knee), "base_sps": float(base_sps)})
+                   {"kind": "synthetic", "knee": int(knee), "base_sps": float(base_sps), "slope": float(slope)})
+
+    def dense(self) -> StepCurve:
+        """The scheduler's table from a profiled one (chapter 06): the STEP TIME 1 / SPS
+        interpolated linearly at every integer B in [min_batch, max_batch], after making it
+        non-decreasing in B.
+
+        Why time and not SPS: step time is close to linear in B, so SPS = 1 / time is convex
+        and the linear interpolation of SPS lies above it inside every gap; those bumps are
+        small false peaks of Theta, where Algorithm 1's causal stop can halt. Why
+        non-decreasing: a measured time that exceeds the time of a larger size is noise (or a
+        kernel's tiling quirk) that the server can avoid by padding the batch up to the larger
+        size, so it is lowered to that time; this cleans measurement noise, it is not a claim
+        about the hardware. meta gains "interpolation" and "times_lowered" (how many
+        profiled sizes were lowered)."""
+        sizes = np.asarray(self.sizes)
+        seconds = 1.0 / np.asarray(self.steps_per_second)
+        cleaned = np.minimum.accumulate(seconds[::-1])[::-1]  # pad up to any larger size that runs faster
+        every = np.arange(sizes[0], sizes[-1] + 1)
+        meta = {**self.meta, "interpolation": "step time linear in B, non-decreasing",
+                "times_lowered": int(np.sum(cleaned < seconds))}
+        return StepCurve.from_latencies(every, np.interp(every, sizes, cleaned), meta)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: sizes, steps_per_second and meta. Chapter 06 builds it."""
@@ -175,6 +199,15 @@ class StepCurve:
         if missing:
             raise ValueError(f"a step curve dict needs keys 'sizes' and 'steps_per_second'; missing {sorted(missing)}")
         return cls(tuple(data["sizes"]), tuple(data["steps_per_second"]), dict(data.get("meta", {})))
+
+
+def random_step_curve(rng: np.random.Generator, max_batch: int) -> StepCurve:
+    """SYNTHETIC: a random non-increasing SPS curve on 1..max_batch, each size 55-100% as fast
+    as the one before (for checks of the scheduler on many shapes; chapter 06)."""
+    if int(max_batch) != max_batch or max_batch < 1:
+        raise ValueError(f"max_batch must be an integer >= 1; got {max_batch}")
+    sps = np.cumprod(np.concatenate([[1.0], rng.uniform(0.55, 1.0, size=int(max_batch) - 1)]))
+    return StepCurve(tuple(range(1, int(max_batch) + 1)), tuple(sps.tolist()), {"kind": "synthetic"})
 
 
 def _check_fits(requests: int, curve: StepCurve) -> None:
@@ -309,6 +342,39 @@ def brute_force_optimum(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     return every[int(np.argmax(_all_throughputs(a, every, curve)))]
 
 
+def is_unimodal(theta: ArrayLike) -> bool:
+    """True when `theta` rises strictly up to its (first) maximum and never rises after it:
+    then Algorithm 1's first non-improving candidate sits right after the peak, and the causal
+    stop finds the best prefix of the candidate order (chapter 06)."""
+    t = np.asarray(theta, dtype=np.float64)
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"theta must be a non-empty 1-D array; got shape {t.shape}")
+    peak = int(np.argmax(t))
+    return bool(np.all(np.diff(t[: peak + 1]) > 0) and np.all(np.diff(t[peak:]) <= 0))
+
+
+def brute_force_study(instances: int, rng: np.random.Generator) -> dict[str, int]:
+    """Algorithm 1 against `brute_force_optimum` on `instances` small random instances
+    (chapter 06): R and gamma in 1..3, confidences uniform in [0.05, 1], a `random_step_curve`
+    on 1..R(gamma + 1). Counts the instances whose Theta along the candidate order is unimodal
+    and those among them where the causal stop found the optimum, and the others and those
+    among them where it missed. The claim: the two unimodal counts are equal."""
+    counts = {"unimodal": 0, "unimodal, optimum found": 0, "not unimodal": 0, "not unimodal, optimum missed": 0}
+    for _ in range(instances):
+        requests, gamma = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        c = rng.uniform(0.05, 1.0, size=(requests, gamma))
+        curve = random_step_curve(rng, requests * (gamma + 1))
+        greedy = expected_throughput(c, schedule(c, curve), curve)
+        best = expected_throughput(c, brute_force_optimum(c, curve), curve)
+        if is_unimodal(prefix_throughputs(c, curve)):
+            counts["unimodal"] += 1
+            counts["unimodal, optimum found"] += int(np.isclose(greedy, best, rtol=1e-12, atol=0.0))
+        else:
+            counts["not unimodal"] += 1
+            counts["not unimodal, optimum missed"] += int(greedy < best * (1 - 1e-12))
+    return counts
+
+
 # ----------------------------------------------------------------------------- baselines
 
 
@@ -408,6 +474,24 @@ def speculative_first_token(drafted: ArrayLike, use_draft: ArrayLike, p_target: 
 
 
 APPENDIX_A_CURVE = StepCurve((1, 2, 3), (1.0, 0.5, 0.45), {"kind": "Appendix A example"})
+APPENDIX_A_P_TARGET = (0.7, 0.3)  # p_t(A), p_t(B)
+APPENDIX_A_P_DRAFT = (0.5, 0.5)   # p_d(A), p_d(B)
+
+
+def appendix_a_confidences(x1: ArrayLike) -> np.ndarray:
+    """Appendix A's confidences (N, 1, 2) after drafting x1 (0 = A, 1 = B): c_1 = 0.8, and
+    c_2 = 0.9 after A, 0 after B (chapter 06)."""
+    x1 = np.asarray(x1).reshape(-1)
+    confidences = np.empty((x1.size, 1, 2))
+    confidences[:, 0, 0] = 0.8
+    confidences[:, 0, 1] = np.where(x1 == 0, 0.9, 0.0)
+    return confidences
+
+
+def _checked_trials(trials: int) -> int:
+    if int(trials) != trials or trials < 1:
+        raise ValueError(f"trials must be an integer >= 1; got {trials}")
+    return int(trials)
 
 
 def appendix_a_monte_carlo(trials: int, causal: bool, rng: np.random.Generator | None = None) -> float:
@@ -415,14 +499,27 @@ def appendix_a_monte_carlo(trials: int, causal: bool, rng: np.random.Generator |
     c_1 = 0.8, c_2 = 0.9 if the drafted x_1 is A else 0, p_t = (0.7, 0.3), p_d = (0.5, 0.5),
     SPS = 1.0, 0.5, 0.45 at B = 1, 2, 3. The causal scheduler never drafts (0.70, lossless);
     the global search drafts exactly when x_1 = A (0.5 + 0.5 * 0.7 = 0.85). Chapter 06 builds it."""
-    if int(trials) != trials or trials < 1:
-        raise ValueError(f"trials must be an integer >= 1; got {trials}")
+    trials = _checked_trials(trials)
     rng = np.random.default_rng() if rng is None else rng
-    p_t, p_d = np.array([0.7, 0.3]), np.array([0.5, 0.5])
-    x1 = rng.choice(2, size=int(trials), p=p_d)
-    confidences = np.empty((int(trials), 1, 2))
-    confidences[:, 0, 0] = 0.8
-    confidences[:, 0, 1] = np.where(x1 == 0, 0.9, 0.0)
-    lengths = schedule_trials(confidences, schedule if causal else global_search, APPENDIX_A_CURVE)
-    tokens = speculative_first_token(x1, lengths[:, 0] >= 1, p_t, p_d, rng)
+    x1 = rng.choice(2, size=trials, p=APPENDIX_A_P_DRAFT)
+    lengths = schedule_trials(appendix_a_confidences(x1), schedule if causal else global_search, APPENDIX_A_CURVE)
+    tokens = speculative_first_token(x1, lengths[:, 0] >= 1, APPENDIX_A_P_TARGET, APPENDIX_A_P_DRAFT, rng)
+    return float(np.mean(tokens == 0))
+
+
+def appendix_a_asynchronous(trials: int, rng: np.random.Generator | None = None) -> float:
+    """Frequency of A in Appendix A's example under the section 5.2 variant
+    (`asynchronous_schedule`): the capacity K comes from the confidences of an earlier,
+    independent draft, the current step takes its K most probable tokens. K cannot see the
+    current x_1, so the frequency stays p_t(A) = 0.70 (chapter 06)."""
+    trials = _checked_trials(trials)
+    rng = np.random.default_rng() if rng is None else rng
+    stale = rng.choice(2, size=trials, p=APPENDIX_A_P_DRAFT)
+    current = rng.choice(2, size=trials, p=APPENDIX_A_P_DRAFT)
+    sends = np.zeros((2, 2), dtype=bool)  # [stale x1, current x1] -> does the step verify x1?
+    for s, x in itertools.product(range(2), range(2)):
+        lengths = asynchronous_schedule(appendix_a_confidences([s])[0], appendix_a_confidences([x])[0],
+                                        APPENDIX_A_CURVE)
+        sends[s, x] = lengths[0] >= 1
+    tokens = speculative_first_token(current, sends[stale, current], APPENDIX_A_P_TARGET, APPENDIX_A_P_DRAFT, rng)
     return float(np.mean(tokens == 0))

@@ -53,6 +53,19 @@ def sample_from_probs(probs: Tensor, generator: torch.Generator | None) -> Tenso
     return tokens.to(probs.device)
 
 
+def gumbel_perturbed(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
+    """float32 logits / T + G with G standard Gumbel noise, [..., V] (chapter 04): the argmax
+    of each row is an exact draw from softmax(logits / T) (the Gumbel-max trick). At T = 0
+    the logits themselves (argmax = greedy). A loop that samples rows one after another can
+    draw all its noise in one call up front."""
+    _check_temperature(temperature)
+    if temperature == 0:
+        return logits.float()
+    device = _generator_device(generator, logits.device)
+    uniform = torch.rand(logits.shape, generator=generator, device=device).to(logits.device)
+    return logits.float() * (1.0 / temperature) - torch.log(-torch.log(uniform))
+
+
 def sample_token(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
     """Sample from `logits` [..., V] at `temperature` (0 = argmax, no randomness used);
     returns a LongTensor of shape [...] (chapter 02)."""

@@ -9,16 +9,18 @@ stay the target's) with its training curves.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from . import cache, drafters, dspark, training
-from .profiles import DrafterRecipe, HeadStudy
+from . import cache, drafters, dspark, evaluation, serving, speculative, training
+from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
 from .training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
 
@@ -46,13 +48,16 @@ def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafte
     return drafters.EagleDrafter(world.target, cfg, seed=seed)
 
 
-def dspark_builder(head_type: str) -> Callable[[ToyWorld, DrafterRecipe, int], dspark.DSparkDrafter]:
-    """A builder of untrained DSpark drafters with a `head_type` head on the recipe's backbone."""
+def dspark_builder(head_type: str, confidence_head: bool = False
+                   ) -> Callable[[ToyWorld, DrafterRecipe, int], dspark.DSparkDrafter]:
+    """A builder of untrained DSpark drafters with a `head_type` head on the recipe's backbone
+    (and the confidence head of chapter 05)."""
 
     def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
         cfg = dspark.DSparkConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
                                   block_size=recipe.block_size, num_layers=recipe.dflash_layers,
-                                  head_type=head_type, markov_rank=recipe.markov_rank)
+                                  head_type=head_type, markov_rank=recipe.markov_rank,
+                                  confidence_head=confidence_head)
         return dspark.DSparkDrafter(world.target, cfg, seed=seed)
 
     return build
@@ -63,6 +68,7 @@ BUILDERS: dict[str, Callable[[ToyWorld, DrafterRecipe, int], nn.Module]] = {
     "eagle": build_eagle,
     "dspark-markov": dspark_builder("markov"),
     "dspark-rnn": dspark_builder("rnn"),
+    "dspark-confidence": dspark_builder("markov", confidence_head=True),
 }
 
 
@@ -107,31 +113,134 @@ def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed:
 def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
                           seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
     """The trained drafter of `kind` (a key of BUILDERS) for this world and recipe, with its
-    training curves; trained on the first call, loaded from the cache afterwards."""
-    if kind not in BUILDERS:
-        raise ValueError(f"unknown drafter kind {kind!r}; expected one of {sorted(BUILDERS)}")
+    training curves; trained from scratch on the first call, loaded from the cache afterwards."""
     recipe = recipe or world.profile.drafter
-    build_drafter = BUILDERS[kind]
-    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "seed": seed}
-    code = [drafters, training] + ([dspark] if kind.startswith("dspark") else [])
+    config = {**_world_config(world), "kind": _check_kind(kind), "recipe": asdict(recipe), "seed": seed}
 
     def build(folder: Path) -> None:
-        replies = training_replies(world, recipe)
-        drafter = build_drafter(world, recipe, seed)
-        cfg = train_config(recipe, steps=training_steps(kind, recipe))
-        history = training.train_drafter(drafter, world.target, replies, cfg, seed=seed, desc=f"train {kind}")
-        save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(folder / WEIGHTS))
-        (folder / HISTORY).write_text(json.dumps(asdict(history)))
+        drafter = BUILDERS[kind](world, recipe, seed)
+        _train_and_save(world, kind, drafter, recipe, training_steps(kind, recipe), seed, folder)
 
+    return cache.load_or_build(f"drafter-{kind}", config, build, _loader(world, kind, recipe, seed),
+                               code=_code_of(kind))
+
+
+def load_or_finetune_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
+                             seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
+    """`kind` started from the trained DFlash drafter of the same recipe (cached by chapter 03)
+    and trained `recipe.finetune_steps` more steps (chapter 04). A DSpark drafter starts with
+    W2 = 0, i.e. exactly as that DFlash drafter; kind "dflash" continues DFlash itself for the
+    same steps, the like-for-like baseline. Cached like `load_or_train_drafter`."""
+    recipe = recipe or world.profile.drafter
+    config = {**_world_config(world), "kind": _check_kind(kind), "from": "dflash", "recipe": asdict(recipe),
+              "seed": seed}
+
+    def build(folder: Path) -> None:
+        base, _ = load_or_train_drafter(world, "dflash", recipe, seed)
+        drafter = BUILDERS[kind](world, recipe, seed)
+        if isinstance(drafter, dspark.DSparkDrafter):
+            drafter.load_backbone(base)
+        elif kind == "dflash":
+            drafter.load_state_dict(base.state_dict())
+        else:
+            raise ValueError(f"only DFlash and DSpark drafters start from a DFlash backbone, not {kind!r}")
+        _train_and_save(world, kind, drafter, recipe, recipe.finetune_steps, seed, folder)
+
+    return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed),
+                               code=_code_of(kind))
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown drafter kind {kind!r}; expected one of {sorted(BUILDERS)}")
+    return kind
+
+
+def _code_of(kind: str) -> list:
+    return [drafters, training] + ([dspark] if kind.startswith("dspark") else [])
+
+
+def _train_and_save(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
+                    seed: int, folder: Path) -> None:
+    replies = training_replies(world, recipe)
+    cfg = train_config(recipe, steps=steps)
+    history = training.train_drafter(drafter, world.target, replies, cfg, seed=seed, desc=f"train {kind}")
+    save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(folder / WEIGHTS))
+    (folder / HISTORY).write_text(json.dumps(asdict(history)))
+
+
+def _loader(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> Callable[[Path], tuple[nn.Module, DrafterTrainHistory]]:
     def load(folder: Path) -> tuple[nn.Module, DrafterTrainHistory]:
-        drafter = build_drafter(world, recipe, seed)
+        drafter = BUILDERS[kind](world, recipe, seed)
         drafter.load_state_dict(load_file(str(folder / WEIGHTS), device=str(drafter.device)))
         drafter.eval()
         return drafter, DrafterTrainHistory(**json.loads((folder / HISTORY).read_text()))
 
-    return cache.load_or_build(f"drafter-{kind}", config, build, load, code=code)
+    return load
 
 
 def with_block_size(recipe: DrafterRecipe, block_size: int) -> DrafterRecipe:
     """The recipe with another gamma (for sweeps over the block size)."""
     return replace(recipe, block_size=block_size)
+
+
+def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe | None = None,
+                        finetuned: bool = True, seed: int = 0) -> dict[str, evaluation.DomainAcceptance]:
+    """`evaluation.measure_acceptance` of the trained `kind` drafter (fine-tuned from DFlash as
+    in chapter 04, or chapter 03's from scratch) at the recipe's gamma and temperature 1 on the
+    first `n_prompts` held-out prompts, `samples` times each, with every round's record
+    (proposed, accepted, confidences). Deterministic, so cached: chapters 04-06 share it."""
+    recipe = recipe or world.profile.drafter
+    config = {**_world_config(world), "kind": _check_kind(kind), "recipe": asdict(recipe), "prompts": n_prompts,
+              "samples": samples, "finetuned": finetuned, "seed": seed}
+
+    def build(folder: Path) -> None:
+        load = load_or_finetune_drafter if finetuned else load_or_train_drafter
+        drafter, _ = load(world, kind, recipe, seed)
+        report = evaluation.measure_acceptance(world, drafter, recipe.block_size, n_prompts, recipe.eval_new_tokens,
+                                               samples=samples, seed=seed, desc=f"acceptance {kind}",
+                                               keep_records=True)
+        (folder / "summary.json").write_text(json.dumps({d: r.to_dict() for d, r in report.items()}))
+        arrays = {}
+        for domain, r in report.items():
+            arrays[f"{domain}/proposed"] = np.array([x.proposed for x in r.records])
+            arrays[f"{domain}/accepted"] = np.array([x.accepted for x in r.records])
+            if any(x.confidences is not None for x in r.records):  # a last-token round has none
+                arrays[f"{domain}/confidences"] = np.stack([_padded(x.confidences, recipe.block_size)
+                                                            for x in r.records])
+        np.savez(folder / "rounds.npz", **arrays)
+
+    def load(folder: Path) -> dict[str, evaluation.DomainAcceptance]:
+        summary, arrays = json.loads((folder / "summary.json").read_text()), np.load(folder / "rounds.npz")
+        report = {}
+        for domain, fields in summary.items():
+            proposed, accepted = arrays[f"{domain}/proposed"], arrays[f"{domain}/accepted"]
+            confidences = arrays[f"{domain}/confidences"] if f"{domain}/confidences" in arrays else None
+            records = [speculative.RoundRecord(int(p), int(a), None if confidences is None or p == 0
+                                               else torch.from_numpy(confidences[i, :p]))
+                       for i, (p, a) in enumerate(zip(proposed, accepted))]
+            report[domain] = evaluation.DomainAcceptance(**fields, records=records)
+        return report
+
+    return cache.load_or_build(f"acceptance-{kind}", config, build, load,
+                               code=_code_of(kind) + [evaluation, speculative, sys.modules[__name__]])
+
+
+def _padded(values: torch.Tensor | None, size: int) -> np.ndarray:
+    out = np.full(size, np.nan, dtype=np.float32)
+    if values is not None:
+        out[: values.shape[0]] = values.numpy()
+    return out
+
+
+def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
+                    study: ConfidenceStudy | None = None, seed: int = 0
+                    ) -> tuple[serving.BlockRecords, dict[str, evaluation.DomainAcceptance]]:
+    """Chapter 05's recorded rollouts of the fine-tuned `kind` drafter (`measured_acceptance`
+    with `profile.confidence`'s sizes) as `serving.BlockRecords`: every full block's
+    confidences c_1..c_gamma and accepted count; chapter 06 resamples them. Also returns the
+    per-domain acceptance report they come from."""
+    recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
+    report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe, seed=seed)
+    records = serving.BlockRecords.from_rounds({d: r.records for d, r in report.items()}, recipe.block_size)
+    return records, report

@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dspark_lite import calibration
+
 from dspark_lite import calibration as cal
 from dspark_lite.calibration import CalibrationWarning
 
@@ -435,3 +437,20 @@ def test_calibrator_misuse_is_rejected(rollouts):
         model.transform(rollouts.c[:2, :4])
     with pytest.raises(ValueError, match="grid must be"):
         cal.SequentialTemperatureScaling(grid=[1.0, -2.0])
+
+
+def test_threshold_sweep_cuts_at_the_first_low_confidence_and_counts_what_survives():
+    c = np.array([[0.9, 0.4, 0.9], [0.8, 0.7, 0.2], [0.3, 0.9, 0.9]])
+    accepted = np.array([3, 1, 0])
+    assert calibration.threshold_lengths(c, 0.0).tolist() == [3, 3, 3]
+    assert calibration.threshold_lengths(c, 0.5).tolist() == [1, 2, 0]
+    assert calibration.threshold_lengths(c, 0.5, cumulative=True).tolist() == [1, 2, 0]  # 0.36 < 0.5 at k = 2
+    sweep = calibration.threshold_sweep(c, accepted, [0.0, 0.5])
+    assert sweep.loc[0.0, "accepted_per_round"] == pytest.approx(4 / 3)
+    assert sweep.loc[0.0, "rejected_per_round"] == pytest.approx(5 / 3)
+    assert sweep.loc[0.5, "accepted_per_round"] == pytest.approx(2 / 3)  # min(1, 3) + min(2, 1) + 0
+    assert sweep.loc[0.5, "acceptance_rate"] == pytest.approx(2 / 3)
+    assert sweep.loc[0.5, "tau"] == pytest.approx(5 / 3)
+    assert sweep.loc[0.5, "verified_per_round"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match=r"threshold must lie in \[0, 1\]"):
+        calibration.threshold_lengths(c, 1.5)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_drafters import GAMMA, LAYER_IDS, MASK_ID, dflash, hidden_of, random_ids, run_protocol, tiny_target
+from test_drafters import GAMMA, LAYER_IDS, MASK_ID, PAD_ID, dflash, hidden_of, random_ids, run_protocol, tiny_target
 from test_speculative import SIGNIFICANCE, chi_square_p_value, counts_of, exact_joint, sequence_codes, tiny_qwen3
 
 from dspark_lite import speculative
@@ -213,3 +213,73 @@ def test_bad_head_configs_raise_clear_errors(target, kwargs, message):
 def test_draft_before_start_is_a_clear_error(target):
     with pytest.raises(ValueError, match="before start"):
         dspark(target).draft(random_ids(1, 5), GAMMA, 1.0, None)
+
+
+@pytest.mark.parametrize("head_type", HEADS)
+def test_load_backbone_starts_exactly_as_the_dflash_drafter(target, head_type):
+    """Chapter 04 starts DSpark from the trained DFlash drafter: W2 = 0 afterwards, so its
+    training forward and its drafts are DFlash's, bit for bit; a foreign drafter is refused."""
+    backbone, drafter = dflash(target, seed=4), dspark(target, head_type, seed=7)
+    drafter.load_backbone(backbone)
+    assert not drafter.markov_head.markov_w2.weight.any()
+    ids = random_ids(5, 2, 16)
+    batch = AnchorBatch(ids, hidden_of(target, ids), torch.tensor([[1, 6], [2, 12]]))
+    assert torch.equal(drafter.train_logits(batch).logits, backbone.train_logits(batch).logits)
+    drafts = [run_protocol(d, target, random_ids(3, 6), [2, 1], GAMMA, seed=2)[1] for d in (drafter, backbone)]
+    assert torch.equal(drafts[0].tokens, drafts[1].tokens) and torch.equal(drafts[0].probs, drafts[1].probs)
+    other = DSparkDrafter(target, DSparkConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA, num_layers=1))
+    with pytest.raises(ValueError, match="not a DFlash backbone"):
+        drafter.load_backbone(other)
+
+
+# ----------------------------------------------------------------------------------------
+# The confidence head (chapter 05)
+# ----------------------------------------------------------------------------------------
+
+
+def confident(target, seed: int = 1) -> DSparkDrafter:
+    cfg = DSparkConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA, num_layers=2, markov_rank=8,
+                       confidence_head=True)
+    drafter = DSparkDrafter(target, cfg, seed=seed)
+    with torch.no_grad():
+        drafter.confidence_head.proj.weight.mul_(50.0)  # make the untrained head's output spread out
+    return drafter
+
+
+def test_confidence_head_keys_shapes_and_clear_error_without_it(target):
+    drafter = confident(target)
+    shapes = {k: tuple(v.shape) for k, v in drafter.state_dict().items() if k.startswith("confidence_head.")}
+    assert shapes == {"confidence_head.proj.weight": (1, target.config.hidden_size + 8), "confidence_head.proj.bias": (1,)}
+    with pytest.raises(ValueError, match="no confidence head"):
+        dspark(target).confidences(torch.zeros(2, target.config.hidden_size), torch.zeros(2, dtype=torch.long))
+
+
+def test_draft_confidences_equal_the_teacher_forced_ones_of_the_sampled_chain(target):
+    """c_k reads h_k and the token before slot k (the anchor for k = 1): the drafted block's
+    confidences equal sigmoid of the training forward's confidence logits on that chain."""
+    drafter = confident(target)
+    sequence, draft = run_protocol(drafter, target, random_ids(4, 7), [1, 3], GAMMA, seed=5)
+    assert draft.confidences.shape == (GAMMA,)
+    assert bool(((draft.confidences > 0) & (draft.confidences < 1)).all())
+    teacher = torch.cat([sequence, draft.tokens])[None]
+    batch = AnchorBatch(teacher, hidden_of(target, teacher), torch.tensor([[sequence.shape[0] - 1]]))
+    forced = torch.sigmoid(drafter.train_logits(batch).confidence_logits[0, 0, :GAMMA].float())
+    torch.testing.assert_close(draft.confidences, forced, atol=1e-5, rtol=1e-4)
+    assert float(draft.confidences.max() - draft.confidences.min()) > 0.05, "the head must depend on the slot"
+
+
+def test_a_confidence_head_attached_to_a_frozen_drafter_trains_alone(target):
+    drafter = dspark(target)
+    before = {k: v.clone() for k, v in drafter.state_dict().items()}
+    drafter.add_confidence_head(seed=3, freeze_drafter=True)
+    assert [n for n, p in drafter.named_parameters() if p.requires_grad] == ["confidence_head.proj.weight",
+                                                                            "confidence_head.proj.bias"]
+    head_before = drafter.confidence_head.proj.weight.detach().clone()
+    prompts = [random_ids(i, 4) for i in range(8)]
+    data = generate_training_sequences(target, SimpleNamespace(eos_token_id=None, pad_token_id=PAD_ID), prompts, 12, 1.0,
+                                       torch.Generator().manual_seed(1), batch_size=8)
+    history = train_drafter(drafter, target, data, DrafterTrainConfig(steps=4, sequences_per_batch=4,
+                                                                      anchors_per_sequence=2, lr=1e-2, warmup_steps=1))
+    assert len(history.confidence_bce) == 4
+    assert all(torch.equal(before[k], v) for k, v in drafter.state_dict().items() if k in before)
+    assert not torch.equal(head_before, drafter.confidence_head.proj.weight)

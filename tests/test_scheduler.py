@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from dspark_lite.scheduler import (
-    APPENDIX_A_CURVE, SCHEDULERS, StepCurve, appendix_a_monte_carlo, asynchronous_schedule,
-    brute_force_optimum, expected_throughput, fixed_length, global_search, mtp1, prefix_throughputs,
-    schedule, schedule_reference, schedule_trials, speculative_first_token, static_threshold, survival,
+    APPENDIX_A_CURVE, SCHEDULERS, StepCurve, appendix_a_asynchronous, appendix_a_confidences,
+    appendix_a_monte_carlo, asynchronous_schedule, brute_force_optimum, brute_force_study, expected_throughput,
+    fixed_length,
+    global_search, is_unimodal, mtp1, prefix_throughputs, random_step_curve, schedule, schedule_reference,
+    schedule_trials, speculative_first_token, static_threshold, survival,
 )
 
 
@@ -121,6 +123,42 @@ def test_step_curve_constructors_and_json_round_trip():
     np.testing.assert_allclose(synthetic.sps(np.array([1, 4, 8, 16])), [2.0, 2.0, 1.0, 0.5])
 
 
+def test_analytic_slope_steepens_the_compute_bound_part():
+    steep = StepCurve.analytic(16, knee=4, base_sps=2.0, slope=2.0)
+    np.testing.assert_allclose(steep.sps(np.array([1, 4, 8, 16])), [2.0, 2.0, 0.5, 0.125])
+    assert steep.meta["slope"] == 2.0 and StepCurve.analytic(16, knee=4).meta["slope"] == 1.0
+    with pytest.raises(ValueError, match="slope must be a positive finite number"):
+        StepCurve.analytic(16, knee=4, slope=0.0)
+
+
+def test_dense_interpolates_step_time_at_every_size_and_never_lets_it_fall():
+    # 10 ms at B = 1, a noisy 40 ms at B = 2, 30 ms at B = 4, 50 ms at B = 8.
+    profiled = StepCurve.from_latencies([1, 2, 4, 8], [0.01, 0.04, 0.03, 0.05], {"device": "cpu"})
+    dense = profiled.dense()
+    assert dense.sizes == tuple(range(1, 9))
+    seconds = 1.0 / np.array(dense.steps_per_second)
+    # B = 2 is lowered to B = 4's 30 ms (pad up to the faster, larger batch); time is linear in between.
+    np.testing.assert_allclose(seconds, [0.01, 0.03, 0.03, 0.03, 0.035, 0.04, 0.045, 0.05])
+    assert np.all(np.diff(seconds) >= 0)
+    assert dense.meta["times_lowered"] == 1 and dense.meta["device"] == "cpu"
+    assert "step time" in dense.meta["interpolation"]
+    # A clean curve keeps its profiled times; between them SPS is 1 / interpolated time, below the SPS chord.
+    clean = StepCurve.from_latencies([2, 6], [0.01, 0.03]).dense()
+    assert clean.sizes == (2, 3, 4, 5, 6) and clean.meta["times_lowered"] == 0
+    np.testing.assert_allclose(clean.sps(np.array([2, 4, 6])), [100.0, 50.0, 1 / 0.03])
+    assert clean.sps(4) < StepCurve.from_latencies([2, 6], [0.01, 0.03]).sps(4)
+
+
+def test_random_step_curves_are_synthetic_and_non_increasing():
+    rng = np.random.default_rng(8)
+    for max_batch in (1, 2, 17):
+        curve = random_step_curve(rng, max_batch)
+        assert curve.sizes == tuple(range(1, max_batch + 1)) and curve.meta["kind"] == "synthetic"
+        assert curve.sps(1) == 1.0 and np.all(np.diff(curve.steps_per_second) <= 0)
+    with pytest.raises(ValueError, match="max_batch must be an integer >= 1"):
+        random_step_curve(rng, 0)
+
+
 def test_requests_outside_the_curve_are_refused():
     with pytest.raises(ValueError, match=r"R = 5 requests.*\[1, 4\]"):
         schedule(np.full((5, 2), 0.9), StepCurve.analytic(4, 2))
@@ -167,6 +205,22 @@ def test_analytic_curves_are_always_unimodal_so_the_break_is_optimal():
         curve = StepCurve.analytic(int(requests * (gamma + 1)), int(rng.integers(1, 20)))
         best = expected_throughput(c, brute_force_optimum(c, curve), curve)
         assert expected_throughput(c, schedule(c, curve), curve) == pytest.approx(best, abs=1e-12, rel=0)
+
+
+def test_is_unimodal():
+    assert is_unimodal([1.0, 2.0, 3.0, 2.5, 2.5, 1.0]) and is_unimodal([3.0, 2.0]) and is_unimodal([1.0])
+    assert not is_unimodal([1.0, 0.9, 1.1])     # dips, then rises above the first peak
+    assert not is_unimodal([1.0, 0.9, 0.95])    # rises again after the peak, even if below it
+    assert not is_unimodal([1.0, 1.0, 2.0])     # a flat step before the peak stops Algorithm 1
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        is_unimodal([])
+
+
+def test_brute_force_study_finds_every_unimodal_optimum_and_some_misses():
+    counts = brute_force_study(1000, np.random.default_rng(9))
+    assert counts["unimodal"] + counts["not unimodal"] == 1000 and counts["unimodal"] > 100
+    assert counts["unimodal, optimum found"] == counts["unimodal"]
+    assert 0 < counts["not unimodal, optimum missed"] <= counts["not unimodal"]
 
 
 def test_on_a_jagged_curve_the_early_break_misses_the_optimum():
@@ -246,6 +300,13 @@ def test_appendix_a_monte_carlo():
     rng = np.random.default_rng(4)
     assert appendix_a_monte_carlo(100_000, causal=False, rng=rng) == pytest.approx(0.85, abs=0.01)
     assert appendix_a_monte_carlo(100_000, causal=True, rng=rng) == pytest.approx(0.70, abs=0.01)
+
+
+def test_appendix_a_confidences_and_the_asynchronous_variant():
+    np.testing.assert_allclose(appendix_a_confidences([0, 1]), [[[0.8, 0.9]], [[0.8, 0.0]]])
+    assert appendix_a_asynchronous(100_000, np.random.default_rng(10)) == pytest.approx(0.70, abs=0.01)
+    with pytest.raises(ValueError, match="trials must be an integer >= 1"):
+        appendix_a_asynchronous(0)
 
 
 def simulate_first_tokens(rng, scheduler, curve, p_t, p_d, first_confidence, next_confidence, trials):

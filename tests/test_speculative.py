@@ -22,6 +22,7 @@ from dspark_lite.speculative import (
     autoregressive_generate,
     conditional_acceptance,
     expected_tau_from_conditional,
+    gumbel_perturbed,
     prefix_survival,
     probs_from_logits,
     rejection_sample,
@@ -435,3 +436,15 @@ def test_metrics_reject_bad_records():
         prefix_survival([RoundRecord(2, 3)])
     with pytest.raises(ValueError, match="probability"):
         expected_tau_from_conditional([0.5, 1.5])
+
+
+def test_gumbel_max_draws_from_the_tempered_softmax():
+    """argmax(logits / T + G) over many rows has softmax(logits / T)'s frequencies, and not
+    softmax(logits)'s: the temperature is applied before the noise."""
+    generator = torch.Generator().manual_seed(11)
+    logits = 1.5 * torch.randn(6, generator=generator)
+    tokens = gumbel_perturbed(logits.expand(60_000, 6), 0.6, generator).argmax(-1)
+    counts = counts_of(tokens, 6)
+    assert chi_square_p_value(counts, torch.softmax(logits / 0.6, -1).numpy()) > SIGNIFICANCE
+    assert chi_square_p_value(counts, torch.softmax(logits, -1).numpy()) < SIGNIFICANCE
+    assert torch.equal(gumbel_perturbed(logits, 0.0, None), logits.float())
