@@ -50,7 +50,7 @@ class CorpusKnobs:
 
     math_max_number: int = 5
     math_names: int = 10
-    math_phrase_entropy: float = 0.4
+    math_phrase_entropy: float = 0.0
     code_style_entropy: float = 0.1
     chat_branching: int = 5
     chat_skip_dependency: float = 1.0
@@ -128,19 +128,6 @@ CONTAINERS = (("box", "boxes"), ("bag", "bags"), ("pack", "packs"), ("jar", "jar
 STEP_SO = ("So", "That means", "Therefore")
 STEP_TOTAL = ("In total", "Altogether", "All together")
 STEP_ANSWER = ("The answer is", "So the answer is", "The final answer is")
-STEP_OPEN = ("Let's solve this step by step.", "We can work this out one step at a time.",
-             "Let us go through the problem carefully.")
-STEP_CHECK = ("Check:", "Let's check:", "To double check:")
-
-
-def _math_reply(rng: Rng, k: CorpusKnobs, steps: str, check: str, answer: int) -> str:
-    """A worked solution: an opening line, the computed steps, a check that redoes one step
-    backwards, and the answer. The opening, check and answer phrasings are where a math reply
-    may say the same thing in different words (`math_phrase_entropy`)."""
-    e = k.math_phrase_entropy
-    return (f"{rng.canonical_or_other(STEP_OPEN, e)}\n{steps}\n"
-            f"{rng.canonical_or_other(STEP_CHECK, e)} {check}\n"
-            f"{rng.canonical_or_other(STEP_ANSWER, e)} {answer}.")
 
 
 def math_names(k: CorpusKnobs) -> tuple[str, ...]:
@@ -156,10 +143,10 @@ def _math_buy_more(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"{name} has {a} {item}. {pron.capitalize()} buys {b} {boxes} of {item} with "
               f"{c} {item} in each {box}. How many {item} does {name} have now?")
     e = k.math_phrase_entropy
-    steps = (f"{name} starts with {a} {item}.\n"
+    reply = (f"{name} starts with {a} {item}.\n"
              f"Each {box} has {c} {item}, so {b} {boxes} have {b} x {c} = {bc} {item}.\n"
-             f"{rng.canonical_or_other(STEP_TOTAL, e)} {name} has {a} + {bc} = {total} {item}.")
-    reply = _math_reply(rng, k, steps, f"{total} - {bc} = {a}, which is what {name} started with.", total)
+             f"{rng.canonical_or_other(STEP_TOTAL, e)} {name} has {a} + {bc} = {total} {item}.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {total}.")
     return prompt, reply
 
 
@@ -172,11 +159,11 @@ def _math_change(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"A {good} costs {price} dollars. {name} buys {qty} of them and pays with "
               f"{paid} dollars. How much change does {name} get?")
     e = k.math_phrase_entropy
-    steps = (f"One {good} costs {price} dollars.\n"
+    reply = (f"One {good} costs {price} dollars.\n"
              f"{qty} of them cost {qty} x {price} = {cost} dollars.\n"
              f"{name} pays {paid} dollars.\n"
-             f"{rng.canonical_or_other(STEP_SO, e)} the change is {paid} - {cost} = {change} dollars.")
-    reply = _math_reply(rng, k, steps, f"{change} + {cost} = {paid}, which is what {name} paid.", change)
+             f"{rng.canonical_or_other(STEP_SO, e)} the change is {paid} - {cost} = {change} dollars.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {change}.")
     return prompt, reply
 
 
@@ -189,10 +176,10 @@ def _math_share(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"{name} has {total} {item}. {pron.capitalize()} keeps {kept} and shares the rest "
               f"equally among {friends} friends. How many {item} does each friend get?")
     e = k.math_phrase_entropy
-    steps = (f"{name} has {total} {item} and keeps {kept}.\n"
+    reply = (f"{name} has {total} {item} and keeps {kept}.\n"
              f"{rng.canonical_or_other(STEP_SO, e)} {pron} shares {total} - {kept} = {rest} {item}.\n"
-             f"Each of the {friends} friends gets {rest} / {friends} = {each} {item}.")
-    reply = _math_reply(rng, k, steps, f"{friends} x {each} + {kept} = {total}, which is what {name} had.", each)
+             f"Each of the {friends} friends gets {rest} / {friends} = {each} {item}.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {each}.")
     return prompt, reply
 
 
@@ -205,11 +192,11 @@ def _math_travel(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"A {vehicle} travels {speed} miles every hour. It drives for {hours} hours toward "
               f"a town that is {town} miles away. How many miles are still left?")
     e = k.math_phrase_entropy
-    steps = (f"The {vehicle} travels {speed} miles every hour for {hours} hours.\n"
+    reply = (f"The {vehicle} travels {speed} miles every hour for {hours} hours.\n"
              f"It covers {speed} x {hours} = {done} miles.\n"
              f"The town is {town} miles away.\n"
-             f"{rng.canonical_or_other(STEP_SO, e)} {town} - {done} = {left} miles are left.")
-    reply = _math_reply(rng, k, steps, f"{done} + {left} = {town}, which is how far away the town is.", left)
+             f"{rng.canonical_or_other(STEP_SO, e)} {town} - {done} = {left} miles are left.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
     return prompt, reply
 
 
@@ -221,11 +208,12 @@ def _math_week(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     total = week * weeks
     prompt = (f"{name} reads {weekday} pages on every weekday and {weekend} pages on each day of "
               f"the weekend. How many pages does {name} read in {weeks} weeks?")
-    steps = (f"On the 5 weekdays {name} reads 5 x {weekday} = {five} pages.\n"
+    e = k.math_phrase_entropy
+    reply = (f"On the 5 weekdays {name} reads 5 x {weekday} = {five} pages.\n"
              f"On the 2 weekend days {name} reads 2 x {weekend} = {two} pages.\n"
              f"In one week that is {five} + {two} = {week} pages.\n"
-             f"In {weeks} weeks that is {weeks} x {week} = {total} pages.")
-    reply = _math_reply(rng, k, steps, f"{total} / {weeks} = {week}, which is one week of pages.", total)
+             f"In {weeks} weeks that is {weeks} x {week} = {total} pages.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {total}.")
     return prompt, reply
 
 
@@ -238,11 +226,11 @@ def _math_shop(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"A shop has {stock} {item}. It sells {monday} {item} on Monday and twice as many "
               f"on Tuesday. How many {item} are left?")
     e = k.math_phrase_entropy
-    steps = (f"On Monday the shop sells {monday} {item}.\n"
+    reply = (f"On Monday the shop sells {monday} {item}.\n"
              f"On Tuesday it sells twice as many, 2 x {monday} = {tuesday} {item}.\n"
              f"{rng.canonical_or_other(STEP_TOTAL, e)} it sells {monday} + {tuesday} = {monday + tuesday} {item}.\n"
-             f"{rng.canonical_or_other(STEP_SO, e)} {stock} - {monday + tuesday} = {left} {item} are left.")
-    reply = _math_reply(rng, k, steps, f"{monday + tuesday} + {left} = {stock}, which is what the shop had.", left)
+             f"{rng.canonical_or_other(STEP_SO, e)} {stock} - {monday + tuesday} = {left} {item} are left.\n"
+             f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
     return prompt, reply
 
 

@@ -1,20 +1,31 @@
 """What a forward costs: the target's latency against the number of query tokens (chapter
-01), and a drafter's latency against the number of drafted tokens (chapter 03).
+01), a drafter's latency against the number of drafted tokens (chapter 03), and the
+steps-per-second table SPS(B) that the scheduler reads (chapter 06).
 
 Verifying gamma drafted tokens takes ONE target forward over gamma + 1 query tokens on top
 of the cached context. On any hardware that forward costs far less than gamma + 1 separate
-forwards; this module measures by how much. The scheduler chapter (06) turns the same
-measurement into a steps-per-second table SPS(B).
+forwards; this module measures by how much. `profile_step_curve` turns the same measurement
+into SPS(B), target forward steps per second when B verification tokens (spread over several
+requests, each on a cached context) go through the target in one forward;
+`save_step_curve` / `load_step_curve` keep such a table as JSON, with `device_meta` saying
+where it was measured.
 """
 from __future__ import annotations
 
+import json
+import platform
 import statistics
 import time
+from pathlib import Path
+from typing import Any, Sequence
 
+import numpy as np
 import torch
+import transformers
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
+from .scheduler import StepCurve
 from .speculative import Drafter, target_hidden
 
 
@@ -113,3 +124,182 @@ def compare_draft_latency(
             if i >= warmup:
                 times[(name, gamma)].append(time.perf_counter() - start)
     return {name: {gamma: statistics.median(times[(name, gamma)]) for gamma in curve} for name, curve in drafters.items()}
+
+
+# ========================================================================== SPS(B), the step curve
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_meta(model: PreTrainedModel) -> dict[str, Any]:
+    """Where a measurement ran: device, its name, torch/transformers versions, threads,
+    dtype and model size (chapter 06). JSON-ready."""
+    device = _model_device(model)
+    meta: dict[str, Any] = {
+        "device": str(device), "cpu": _cpu_name(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "threads": torch.get_num_threads(),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "attention": str(getattr(model.config, "_attn_implementation", "unknown")),
+    }
+    if device.type == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name(device)
+    return meta
+
+
+def spread_tokens(batch: int, requests: int) -> list[int]:
+    """B tokens spread as evenly as possible over min(requests, B) requests: the per-request
+    query counts, longest first (chapter 06). spread_tokens(10, 4) == [3, 3, 2, 2]."""
+    rows = min(requests, batch)
+    return [batch // rows + (r < batch % rows) for r in range(rows)]
+
+
+def _check_positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    return int(value)
+
+
+def _check_positions(model: PreTrainedModel, needed: int) -> None:
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and needed > limit:
+        raise ValueError(f"context plus query block needs {needed} positions, beyond the target's "
+                         f"max_position_embeddings = {limit}; use a shorter context_len")
+
+
+def _prefill(model: PreTrainedModel, rows: int, context_len: int, generator: torch.Generator) -> DynamicCache:
+    """A cache holding `rows` random contexts of `context_len` tokens each."""
+    device = _model_device(model)
+    context = torch.randint(0, model.config.vocab_size, (rows, context_len), generator=generator).to(device)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=context, cache=cache, use_cache=True)
+    return cache
+
+
+def _first_rows(full: DynamicCache, rows: int, model: PreTrainedModel) -> DynamicCache:
+    """A new cache holding a copy of the first `rows` rows of `full`."""
+    cache = DynamicCache(config=model.config)
+    for index, layer in enumerate(full.layers):
+        cache.update(layer.keys[:rows], layer.values[:rows], index)
+    return cache
+
+
+def _timed_forward(model: PreTrainedModel, cache: DynamicCache, counts: Sequence[int], context_len: int,
+                   generator: torch.Generator) -> float:
+    """Seconds of one forward of right-padded query blocks (counts[r] real tokens in row r)
+    on top of a cache of `context_len` tokens per row; the cache is cropped back after."""
+    device = _model_device(model)
+    rows, width = len(counts), max(counts)
+    ids = torch.randint(0, model.config.vocab_size, (rows, width), generator=generator).to(device)
+    real = (torch.arange(width)[None] < torch.tensor(counts)[:, None]).long()
+    mask = torch.cat([torch.ones(rows, context_len, dtype=torch.long), real], dim=1).to(device)
+    positions = (context_len + torch.arange(width, device=device)).expand(rows, width)
+    _sync(device)
+    start = time.perf_counter()
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    cache.crop(-width)  # transformers 5.x: a negative count removes tokens
+    return elapsed
+
+
+@torch.inference_mode()
+def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_len: int, repeats: int,
+                    warmup: int, seed: int, desc: str) -> list[float]:
+    """Median seconds of a padded batched forward for each layout (per-request query counts).
+
+    One cache of random contexts is prefilled for the largest row count; layouts with fewer
+    rows time on a copy of its first rows. Layouts sharing a row count take turns in a fresh
+    random order each repetition (so drifts of the machine hit them alike); row counts are
+    timed one after another, largest first, so only one extra copy is alive at a time.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    most = max(len(layout) for layout in layouts)
+    full = _prefill(model, most, context_len, generator)
+    times: list[list[float]] = [[] for _ in layouts]
+    groups: dict[int, list[int]] = {}
+    for index, layout in enumerate(layouts):
+        groups.setdefault(len(layout), []).append(index)
+    progress = tqdm(total=len(layouts) * (warmup + repeats), desc=desc, leave=False)
+    for rows in sorted(groups, reverse=True):
+        cache = full if rows == most else _first_rows(full, rows, model)
+        members = groups[rows]
+        for i in range(warmup + repeats):
+            for j in torch.randperm(len(members), generator=generator).tolist():
+                seconds = _timed_forward(model, cache, layouts[members[j]], context_len, generator)
+                if i >= warmup:
+                    times[members[j]].append(seconds)
+                progress.update()
+        del cache
+    progress.close()
+    return [statistics.median(t) for t in times]
+
+
+def profile_step_curve(target: PreTrainedModel, batch_sizes: Sequence[int], requests: int, context_len: int,
+                       repeats: int, device: str | torch.device | None = None, seed: int = 0,
+                       warmup: int = 2) -> StepCurve:
+    """Measure SPS(B), target forward steps per second at B verification tokens (chapter 06).
+
+    For each B the tokens are spread as evenly as possible over min(requests, B) requests
+    (`spread_tokens`), each on a cached random context of `context_len` tokens; one padded
+    forward of the query blocks [R', ceil(B / R')] is timed (median of `repeats` after
+    `warmup` untimed calls) and the cache cropped back. `device` moves the target there first
+    (None: where it already is). CUDA is synchronised around each timing. `meta` records the
+    device, versions, dtype, context_len, requests, repeats and "kind": "measured".
+    """
+    sizes = sorted({_check_positive_int(b, "each batch size") for b in batch_sizes})
+    if not sizes:
+        raise ValueError("batch_sizes is empty; expected at least one batch size >= 1")
+    requests, context_len = _check_positive_int(requests, "requests"), _check_positive_int(context_len, "context_len")
+    repeats = _check_positive_int(repeats, "repeats")
+    if device is not None:
+        target.to(device)
+    layouts = [spread_tokens(b, requests) for b in sizes]
+    _check_positions(target, context_len + max(layout[0] for layout in layouts))
+    seconds = _median_seconds(target.eval(), layouts, context_len, repeats, warmup, seed, "profiling SPS(B)")
+    meta = {**device_meta(target), "kind": "measured", "context_len": context_len, "requests": requests,
+            "repeats": repeats, "warmup": warmup, "seed": seed, "padding": "right-padded query blocks",
+            "seconds_per_step": seconds}
+    return StepCurve.from_latencies(sizes, seconds, meta)
+
+
+def save_step_curve(curve: StepCurve, path: str | Path) -> Path:
+    """Write a step curve as JSON (sizes, steps_per_second, meta); returns the path (chapter 06)."""
+    if not isinstance(curve, StepCurve):
+        raise ValueError(f"curve must be a StepCurve; got {type(curve).__name__}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(curve.to_dict(), indent=2) + "\n")
+    return path
+
+
+def load_step_curve(path: str | Path) -> StepCurve:
+    """Read a step curve written by `save_step_curve` (chapter 06). FileNotFoundError when
+    the file is missing, ValueError when it is not a valid step curve."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no step curve at {path}; profile one with profile_step_curve and "
+                                f"save it with save_step_curve")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); expected a step curve from save_step_curve") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a {type(data).__name__}; expected a JSON object with 'sizes' and "
+                         f"'steps_per_second'")
+    try:
+        return StepCurve.from_dict(data)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path} is not a valid step curve: {error}") from None

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from transformers import PreTrainedModel
 
 from .drafters import AnchorBatch, BlockOutput, DFlashConfig, DFlashDrafter
@@ -57,8 +58,9 @@ class MarkovHead(nn.Module):
 
     def step(self, state: Tensor | None, prev_tokens: Tensor, hidden: Tensor) -> tuple[Tensor | None, Tensor]:
         """One slot: (next state, bias [..., V]) from the previous token [...] and the slot's
-        backbone hidden state [..., H]."""
-        return None, self.markov_w2(self.prev_embedding(prev_tokens))
+        backbone hidden state [..., H]. (The functional calls skip module overhead: this runs
+        once per drafted token.)"""
+        return None, F.linear(F.embedding(prev_tokens.long(), self.markov_w1.weight), self.markov_w2.weight)
 
     def block_bias(self, prev_tokens: Tensor, hidden: Tensor) -> Tensor:
         """Teacher-forced biases [..., G, V] for previous tokens [..., G] (slot k reads
@@ -136,7 +138,7 @@ def sample_chain(head: MarkovHead, base_logits: Tensor, hidden: Tensor, anchor_t
     for k in range(base.shape[0]):
         state, bias = head.step(state, prev, hidden[k : k + 1])
         bias = bias.float()
-        prev = (perturbed[k : k + 1] + bias * scale).argmax(-1)
+        prev = (perturbed[k : k + 1] + (bias if scale == 1.0 else bias * scale)).argmax(-1)
         tokens.append(prev)
         biases.append(bias)
     return Draft(torch.cat(tokens), probs_from_logits(base + torch.cat(biases), temperature))

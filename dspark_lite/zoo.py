@@ -114,8 +114,9 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
                           seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
     """The trained drafter of `kind` (a key of BUILDERS) for this world and recipe, with its
     training curves; trained from scratch on the first call, loaded from the cache afterwards."""
+    _check_kind(kind)
     recipe = recipe or world.profile.drafter
-    config = {**_world_config(world), "kind": _check_kind(kind), "recipe": asdict(recipe), "seed": seed}
+    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "seed": seed}
 
     def build(folder: Path) -> None:
         drafter = BUILDERS[kind](world, recipe, seed)
@@ -125,29 +126,38 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
                                code=_code_of(kind))
 
 
-def load_or_finetune_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
-                             seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
-    """`kind` started from the trained DFlash drafter of the same recipe (cached by chapter 03)
-    and trained `recipe.finetune_steps` more steps (chapter 04). A DSpark drafter starts with
-    W2 = 0, i.e. exactly as that DFlash drafter; kind "dflash" continues DFlash itself for the
-    same steps, the like-for-like baseline. Cached like `load_or_train_drafter`."""
+def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflash",
+                             recipe: DrafterRecipe | None = None, seed: int = 0
+                             ) -> tuple[nn.Module, DrafterTrainHistory]:
+    """`kind` started from the trained `base_kind` drafter of the same recipe (cached) and
+    trained `recipe.finetune_steps` more steps, every weight at once. A DSpark drafter started
+    from DFlash gets W2 = 0, i.e. starts exactly as that DFlash drafter; one started from a
+    DSpark drafter keeps its head and gains what the base lacks (chapter 05's confidence head,
+    freshly initialised). Cached like `load_or_train_drafter`."""
+    _check_kind(kind)
+    _check_kind(base_kind)
     recipe = recipe or world.profile.drafter
-    config = {**_world_config(world), "kind": _check_kind(kind), "from": "dflash", "recipe": asdict(recipe),
-              "seed": seed}
+    config = {**_world_config(world), "kind": kind, "from": base_kind, "recipe": asdict(recipe), "seed": seed}
 
     def build(folder: Path) -> None:
-        base, _ = load_or_train_drafter(world, "dflash", recipe, seed)
+        base, _ = load_or_train_drafter(world, base_kind, recipe, seed)
         drafter = BUILDERS[kind](world, recipe, seed)
-        if isinstance(drafter, dspark.DSparkDrafter):
-            drafter.load_backbone(base)
-        elif kind == "dflash":
-            drafter.load_state_dict(base.state_dict())
-        else:
-            raise ValueError(f"only DFlash and DSpark drafters start from a DFlash backbone, not {kind!r}")
+        _start_from(drafter, base)
         _train_and_save(world, kind, drafter, recipe, recipe.finetune_steps, seed, folder)
 
     return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed),
                                code=_code_of(kind))
+
+
+def _start_from(drafter: nn.Module, base: nn.Module) -> None:
+    """Copy `base`'s weights into `drafter` (see `load_or_finetune_drafter`)."""
+    if isinstance(drafter, dspark.DSparkDrafter) and not isinstance(base, dspark.DSparkDrafter):
+        drafter.load_backbone(base)
+        return
+    missing, unexpected = drafter.load_state_dict(base.state_dict(), strict=False)
+    if unexpected or any(not key.startswith("confidence_head.") for key in missing):
+        raise ValueError(f"cannot start a {type(drafter).__name__} from a {type(base).__name__}: "
+                         f"missing {list(missing)[:4]}, unexpected {list(unexpected)[:4]}")
 
 
 def _check_kind(kind: str) -> str:
@@ -185,18 +195,21 @@ def with_block_size(recipe: DrafterRecipe, block_size: int) -> DrafterRecipe:
 
 
 def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe | None = None,
-                        finetuned: bool = True, seed: int = 0) -> dict[str, evaluation.DomainAcceptance]:
-    """`evaluation.measure_acceptance` of the trained `kind` drafter (fine-tuned from DFlash as
-    in chapter 04, or chapter 03's from scratch) at the recipe's gamma and temperature 1 on the
+                        base_kind: str | None = None, seed: int = 0) -> dict[str, evaluation.DomainAcceptance]:
+    """`evaluation.measure_acceptance` of the trained `kind` drafter (from scratch, or fine-tuned
+    from `base_kind` by `load_or_finetune_drafter`) at the recipe's gamma and temperature 1 on the
     first `n_prompts` held-out prompts, `samples` times each, with every round's record
     (proposed, accepted, confidences). Deterministic, so cached: chapters 04-06 share it."""
+    _check_kind(kind)
     recipe = recipe or world.profile.drafter
-    config = {**_world_config(world), "kind": _check_kind(kind), "recipe": asdict(recipe), "prompts": n_prompts,
-              "samples": samples, "finetuned": finetuned, "seed": seed}
+    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "prompts": n_prompts,
+              "samples": samples, "base": base_kind, "seed": seed}
 
     def build(folder: Path) -> None:
-        load = load_or_finetune_drafter if finetuned else load_or_train_drafter
-        drafter, _ = load(world, kind, recipe, seed)
+        if base_kind is None:
+            drafter, _ = load_or_train_drafter(world, kind, recipe, seed)
+        else:
+            drafter, _ = load_or_finetune_drafter(world, kind, base_kind, recipe, seed)
         report = evaluation.measure_acceptance(world, drafter, recipe.block_size, n_prompts, recipe.eval_new_tokens,
                                                samples=samples, seed=seed, desc=f"acceptance {kind}",
                                                keep_records=True)
@@ -236,11 +249,12 @@ def _padded(values: torch.Tensor | None, size: int) -> np.ndarray:
 def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
                     study: ConfidenceStudy | None = None, seed: int = 0
                     ) -> tuple[serving.BlockRecords, dict[str, evaluation.DomainAcceptance]]:
-    """Chapter 05's recorded rollouts of the fine-tuned `kind` drafter (`measured_acceptance`
-    with `profile.confidence`'s sizes) as `serving.BlockRecords`: every full block's
+    """Chapter 05's recorded rollouts of the `kind` drafter fine-tuned from chapter 04's
+    DSpark-Markov (`measured_acceptance` with `profile.confidence`'s sizes) as `serving.BlockRecords`: every full block's
     confidences c_1..c_gamma and accepted count; chapter 06 resamples them. Also returns the
     per-domain acceptance report they come from."""
     recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
-    report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe, seed=seed)
+    report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe,
+                                 base_kind="dspark-markov", seed=seed)
     records = serving.BlockRecords.from_rounds({d: r.records for d, r in report.items()}, recipe.block_size)
     return records, report
