@@ -13,7 +13,6 @@ where it was measured.
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .scheduler import StepCurve
 from .speculative import Drafter, target_hidden
+from .results import cpu_name
 
 
 def _sync(device: torch.device) -> None:
@@ -133,22 +133,12 @@ def _model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_meta(model: PreTrainedModel) -> dict[str, Any]:
     """Where a measurement ran: device, its name, torch/transformers versions, threads,
     dtype and model size (chapter 06). JSON-ready."""
     device = _model_device(model)
     meta: dict[str, Any] = {
-        "device": str(device), "cpu": _cpu_name(), "torch": torch.__version__,
+        "device": str(device), "cpu": cpu_name(), "torch": torch.__version__,
         "transformers": transformers.__version__, "threads": torch.get_num_threads(),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "parameters": int(sum(p.numel() for p in model.parameters())),

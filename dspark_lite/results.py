@@ -31,7 +31,8 @@ def committed_results_dir() -> Path:
     return REPO / "data" / "results"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """This machine's CPU model name (for provenance and cost tables)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -47,7 +48,7 @@ def provenance(profile: str, device: str = "cpu") -> dict[str, Any]:
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "profile": profile,
         "device": device,
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
