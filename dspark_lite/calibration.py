@@ -177,20 +177,6 @@ def split_calibration_test(n: int, fraction: float = 0.5, seed: int = 0) -> tupl
     return np.sort(order[:n_cal]), np.sort(order[n_cal:])
 
 
-def arrays_from_rounds(records: Sequence[Any], gamma: int) -> tuple[np.ndarray, np.ndarray]:
-    """(c[N, gamma], n_acc[N]) from speculative RoundRecords (chapter 05): keeps the rounds
-    that proposed exactly gamma drafts and carry confidences; ValueError if none do."""
-    rows, counts = [], []
-    for record in records:
-        if record.proposed == gamma and record.confidences is not None:
-            rows.append(np.asarray(record.confidences, dtype=float).reshape(-1))
-            counts.append(int(record.accepted))
-    if not rows:
-        raise ValueError(f"no round proposed gamma={gamma} drafts with confidences; "
-                         f"expected rounds from a drafter with a confidence head")
-    return _validate_pair(np.stack(rows), np.array(counts))
-
-
 def synthetic_rollouts(n_blocks: int, gamma: int, overconfidence: float = 3.0,
                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rollouts from a known model (chapter 05): position k of a block survives, given the

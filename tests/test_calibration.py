@@ -159,21 +159,6 @@ def test_split_calibration_test_is_deterministic_and_disjoint():
         cal.split_calibration_test(10, 1.0)
 
 
-def test_arrays_from_rounds_keeps_full_rounds_with_confidences():
-    rounds = [SimpleNamespace(proposed=3, accepted=2, confidences=[0.9, 0.8, 0.3]),
-              SimpleNamespace(proposed=2, accepted=2, confidences=[0.9, 0.8]),
-              SimpleNamespace(proposed=3, accepted=0, confidences=None),
-              SimpleNamespace(proposed=3, accepted=3, confidences=[0.7, 0.6, 0.5])]
-    c, n = cal.arrays_from_rounds(rounds, 3)
-    np.testing.assert_allclose(c, [[0.9, 0.8, 0.3], [0.7, 0.6, 0.5]])
-    np.testing.assert_array_equal(n, [2, 3])
-
-
-# ----------------------------------------------------------------------------------------
-# Pool-adjacent-violators
-# ----------------------------------------------------------------------------------------
-
-
 def test_pav_hand_worked_examples():
     # [0, 1, 0] pools the violating (1, 0) to 0.5; later [1, 1, 0] pools to 2/3.
     np.testing.assert_allclose(cal.pool_adjacent_violators([0, 1, 0, 1, 1, 0]),
