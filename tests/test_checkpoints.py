@@ -1,0 +1,188 @@
+"""DeepSpec-format checkpoints (chapter 07): our drafters round-trip through the released layout,
+and every kind of mismatch fails with a message that names it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from dspark_lite import checkpoints
+from dspark_lite.checkpoints import CheckpointError
+from dspark_lite.drafters import DFlashConfig, DFlashDrafter
+from dspark_lite.dspark import DSparkConfig, DSparkDrafter
+
+QWEN3_4B = Path(__file__).resolve().parent.parent / "data" / "qwen3_4b"
+
+
+def tiny_target(vocab: int = 97, hidden: int = 32, layers: int = 3, seed: int = 0) -> Qwen3ForCausalLM:
+    config = Qwen3Config(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, intermediate_size=48, max_position_embeddings=128,
+                         tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config).eval()
+
+
+def tiny_dspark(target: Qwen3ForCausalLM, head_type: str = "markov", confidence: bool = True) -> DSparkDrafter:
+    cfg = DSparkConfig(target_layer_ids=(0, 1), mask_token_id=5, block_size=4, num_layers=2, head_type=head_type,
+                       markov_rank=6, confidence_head=confidence)
+    drafter = DSparkDrafter(target, cfg, seed=3)
+    with torch.no_grad():  # non-zero biases and norms, so that a dropped tensor would show
+        for param in drafter.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    return drafter
+
+
+@pytest.fixture
+def target() -> Qwen3ForCausalLM:
+    return tiny_target()
+
+
+@pytest.fixture
+def saved(tmp_path: Path, target: Qwen3ForCausalLM) -> tuple[DSparkDrafter, Path]:
+    drafter = tiny_dspark(target)
+    return drafter, checkpoints.save_released(drafter, tmp_path / "dspark", target.config)
+
+
+def _rewrite(folder: Path, edit) -> None:
+    path = folder / checkpoints.WEIGHTS_FILE
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("head_type", ["markov", "rnn"])
+def test_round_trip_in_released_layout(tmp_path: Path, target: Qwen3ForCausalLM, head_type: str) -> None:
+    drafter = tiny_dspark(target, head_type)
+    folder = checkpoints.save_released(drafter, tmp_path / head_type, target.config)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    keys = set(checkpoints.checkpoint_shapes(folder))
+    assert {"embed_tokens.weight", "lm_head.weight", "fc.weight", "hidden_norm.weight", "norm.weight",
+            "markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "confidence_head.proj.weight",
+            "confidence_head.proj.bias", "layers.1.self_attn.k_norm.weight", "layers.0.mlp.down_proj.weight"} <= keys
+    loaded = checkpoints.load_released(folder, target)
+    assert isinstance(loaded, DSparkDrafter) and loaded.cfg == drafter.cfg
+    for (k1, v1), (k2, v2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+    context = checkpoints_context(target, loaded)
+    block = loaded.make_block_ids(torch.tensor([7]))
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded.block_logits(context, block, torch.tensor([10])),
+                                   drafter.block_logits(context, block, torch.tensor([10])), rtol=0, atol=0)
+
+
+def checkpoints_context(target: Qwen3ForCausalLM, drafter: DFlashDrafter) -> torch.Tensor:
+    from dspark_lite.speculative import target_hidden
+
+    ids = torch.arange(3, 15)
+    return target_hidden(target, ids, drafter.target_layer_ids)[None]
+
+
+def test_config_fields_map_onto_ours(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
+    drafter, folder = saved
+    raw = json.loads((folder / "config.json").read_text())
+    assert raw["architectures"] == ["Qwen3DSparkModel"] and raw["num_hidden_layers"] == 2
+    assert raw["block_size"] == 4 and raw["target_layer_ids"] == [0, 1] and raw["mask_token_id"] == 5
+    assert raw["markov_rank"] == 6 and raw["markov_head_type"] == "vanilla"
+    assert raw["enable_confidence_head"] is True and raw["confidence_head_with_markov"] is True
+    assert raw["num_target_layers"] == 3 and raw["tie_word_embeddings"] is False
+    released = checkpoints.read_released_config(folder)
+    assert released.kind == "dspark" and released.num_target_layers == 3
+    assert checkpoints.our_config(released, target.config) == drafter.cfg
+
+
+def test_dflash_round_trip_has_no_heads(tmp_path: Path, target: Qwen3ForCausalLM) -> None:
+    drafter = DFlashDrafter(target, DFlashConfig(target_layer_ids=(1,), mask_token_id=4, block_size=3), seed=1)
+    folder = checkpoints.save_released(drafter, tmp_path / "dflash", target.config)
+    raw = json.loads((folder / "config.json").read_text())
+    assert raw["markov_rank"] == 0 and raw["enable_confidence_head"] is False and "markov_head_type" not in raw
+    loaded = checkpoints.load_released(folder, target)
+    assert type(loaded) is DFlashDrafter and loaded.cfg == drafter.cfg
+
+
+def test_released_qwen3_4b_configs_map_onto_ours() -> None:
+    target_config = Qwen3Config(**json.loads((QWEN3_4B / "config.json").read_text()))
+    dspark = checkpoints.read_released_config(QWEN3_4B / "dspark_qwen3_4b_block7")
+    assert checkpoints.our_config(dspark, target_config) == DSparkConfig(
+        target_layer_ids=(1, 9, 17, 25, 33), mask_token_id=151669, block_size=7, num_layers=5,
+        head_type="markov", markov_rank=256, confidence_head=True)
+    dflash = checkpoints.read_released_config(QWEN3_4B / "dflash_qwen3_4b_block7")
+    assert checkpoints.our_config(dflash, target_config) == DFlashConfig(
+        target_layer_ids=(1, 9, 17, 25, 33), mask_token_id=151669, block_size=7, num_layers=5)
+
+
+def test_renamed_key_fails_naming_the_key(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
+    _, folder = saved
+    _rewrite(folder, lambda t: t.__setitem__("context_proj.weight", t.pop("fc.weight")))
+    with pytest.raises(CheckpointError, match=r"missing key 'fc.weight' \(expected shape \[32, 64\]"):
+        checkpoints.load_released(folder, target)
+
+
+def test_unexpected_key_fails_naming_it(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
+    _, folder = saved
+    _rewrite(folder, lambda t: t.__setitem__("markov_head.gate_proj.weight", torch.zeros(6, 38)))
+    with pytest.raises(CheckpointError, match=r"unexpected key 'markov_head.gate_proj.weight' \(found shape \[6, 38\]"):
+        checkpoints.load_released(folder, target)
+
+
+def test_wrong_shape_fails_naming_both_shapes(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
+    _, folder = saved
+    _rewrite(folder, lambda t: t.__setitem__("markov_head.markov_w1.weight", torch.zeros(97, 7)))
+    with pytest.raises(CheckpointError, match=r"'markov_head.markov_w1.weight'.*expected \[97, 6\], found \[97, 7\]"):
+        checkpoints.load_released(folder, target)
+
+
+@pytest.mark.parametrize("other", [dict(vocab=101), dict(hidden=40)])
+def test_drafter_of_another_target_fails_saying_so(saved: tuple[DSparkDrafter, Path], other: dict) -> None:
+    _, folder = saved
+    with pytest.raises(CheckpointError, match="another target"):
+        checkpoints.load_released(folder, tiny_target(**other))
+
+
+def test_shared_weights_of_another_shape_say_another_target(saved: tuple[DSparkDrafter, Path],
+                                                             target: Qwen3ForCausalLM) -> None:
+    _, folder = saved
+    _rewrite(folder, lambda t: t.__setitem__("embed_tokens.weight", torch.zeros(120, 32)))
+    with pytest.raises(CheckpointError, match=r"embed_tokens.weight .* \[120, 32\].*\[97, 32\].*another target"):
+        checkpoints.load_released(folder, target)
+
+
+def test_unsupported_fields_fail_clearly(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
+    _, folder = saved
+    raw = json.loads((folder / "config.json").read_text())
+    for field, value, message in (("markov_head_type", "gated", "gated"),
+                                  ("confidence_head_with_markov", False, "confidence_head_with_markov")):
+        edited = dict(raw, **{field: value})
+        with pytest.raises(CheckpointError, match=message):
+            checkpoints.our_config(checkpoints.parse_released_config(edited), target.config)
+    with pytest.raises(CheckpointError, match="lacks the field 'block_size'"):
+        checkpoints.parse_released_config({k: v for k, v in raw.items() if k != "block_size"})
+
+
+def test_hub_id_offline_never_downloads(monkeypatch: pytest.MonkeyPatch, target: Qwen3ForCausalLM,
+                                        tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))
+    with pytest.raises(FileNotFoundError, match="pass a local folder"):
+        checkpoints.load_released("deepseek-ai/dspark_qwen3_4b_block7", target)
+    with pytest.raises(FileNotFoundError, match="neither a folder nor a hub id"):
+        checkpoints.load_released(str(tmp_path / "no" / "such" / "folder"), target)
+
+
+def test_qwen3_4b_shaped_drafter_has_about_1_39b_parameters() -> None:
+    """Counted on the meta device: nothing is allocated."""
+    config = Qwen3Config(**json.loads((QWEN3_4B / "config.json").read_text()))
+    with torch.device("meta"):
+        target = Qwen3ForCausalLM(config)
+    released = checkpoints.read_released_config(QWEN3_4B / "dspark_qwen3_4b_block7")
+    drafter = checkpoints.build_drafter(released, target, dtype=torch.bfloat16)
+    assert drafter.fc.weight.device.type == "meta"
+    shapes = checkpoints.expected_shapes(drafter)
+    total = sum(torch.Size(s).numel() for s in shapes.values())
+    assert 1.38e9 < total < 1.40e9, total
+    assert shapes["markov_head.markov_w1.weight"] == (151936, 256)
+    assert shapes["confidence_head.proj.weight"] == (1, 2560 + 256)
+    assert shapes["fc.weight"] == (2560, 5 * 2560)
