@@ -126,6 +126,8 @@ class ConfidenceStudy:
         whose every round is recorded (confidences c_1..c_gamma and the accepted count).
     frozen_head_steps: steps that train a confidence head alone on the frozen chapter-04 drafter.
     calibration_fraction: share of the recorded blocks that fits the calibrators (the rest tests).
+    resplits: further random calibration/test splits on which the calibrators are refitted, to
+        show how much their test ECE moves with the split.
     thresholds: the static thresholds of the Figure 5 sweep.
     """
 
@@ -134,6 +136,7 @@ class ConfidenceStudy:
     frozen_head_steps: int
     calibration_fraction: float
     thresholds: tuple[float, ...]
+    resplits: int
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ _FULL = Profile(
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
-    confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=2, frozen_head_steps=300,
+    confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=6, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
     serving=ServingStudy(
         profile_batch_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048),
@@ -274,7 +277,7 @@ _SMOKE = Profile(
         deep_dflash_layers=2, depth_gamma=4, ablation_gammas=(2, 4), ablation_eval_prompts=1, ablation_eval_samples=1,
         race_prompts=1, race_new_tokens=8, race_repeats=1, overhead_repeats=2,
     ),
-    confidence=ConfidenceStudy(rollout_prompts=2, rollout_samples=1, frozen_head_steps=3,
+    confidence=ConfidenceStudy(rollout_prompts=2, rollout_samples=1, frozen_head_steps=3, resplits=2,
                                calibration_fraction=0.5, thresholds=(0.0, 0.3, 0.6, 0.9)),
     serving=ServingStudy(
         profile_batch_sizes=(1, 2, 4, 8, 16, 20), profile_requests=4, profile_context=16, profile_repeats=1,
