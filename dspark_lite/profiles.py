@@ -171,6 +171,47 @@ class ServingStudy:
 
 
 @dataclass(frozen=True)
+class GpuStudy:
+    """Chapter 07's sizes: Qwen3-4B with the released drafters on a GPU, and the tiny random world
+    the chapter falls back to without one (every CPU run, whatever the profile).
+
+    prompts_per_benchmark: prompts per Table 1 benchmark (None: DeepSpec's counts, the full protocol).
+    new_tokens / gamma / temperature: generation length per prompt, drafted tokens per round and
+        the sampling temperature of target and drafter (the paper: gamma 7, T = 1.0).
+    calibration_fraction / thresholds: the STS split and the static-threshold sweep (chapter 05's).
+    race_prompts / race_new_tokens / race_repeats: the wall-clock race of our engine against
+        target-only decoding.
+    profile_*: chapter 06's SPS(B) profiler on the target; concurrencies / sim_steps /
+        sim_replays: chapter 06's simulator re-run with that table.
+    tiny_*: the fallback world: a random Qwen3 target (hidden size, layers, heads of 16) and a
+        random DSpark drafter (draft layers, Markov rank) on a BPE vocabulary of tiny_vocab.
+    """
+
+    prompts_per_benchmark: int | None
+    new_tokens: int
+    gamma: int
+    temperature: float
+    calibration_fraction: float
+    thresholds: tuple[float, ...]
+    race_prompts: int
+    race_new_tokens: int
+    race_repeats: int
+    profile_batch_sizes: tuple[int, ...]
+    profile_requests: int
+    profile_context: int
+    profile_repeats: int
+    concurrencies: tuple[int, ...]
+    sim_steps: int
+    sim_replays: int
+    tiny_vocab: int
+    tiny_hidden: int
+    tiny_layers: int
+    tiny_heads: int
+    tiny_draft_layers: int
+    tiny_markov_rank: int
+
+
+@dataclass(frozen=True)
 class Profile:
     """All sizes of one profile. Chapters read the fields they need."""
 
@@ -191,6 +232,7 @@ class Profile:
     heads: HeadStudy
     confidence: ConfidenceStudy
     serving: ServingStudy
+    gpu: GpuStudy
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,6 +282,13 @@ _FULL = Profile(
         concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sim_steps=300, real_concurrencies=(1, 4, 16), real_repeats=10,
         appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
+    gpu=GpuStudy(
+        prompts_per_benchmark=20, new_tokens=256, gamma=7, temperature=1.0, calibration_fraction=0.5,
+        thresholds=tuple(round(0.1 * i, 1) for i in range(10)), race_prompts=4, race_new_tokens=256, race_repeats=3,
+        profile_batch_sizes=(1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512), profile_requests=64,
+        profile_context=256, profile_repeats=5, concurrencies=(1, 2, 4, 8, 16, 32, 64), sim_steps=400, sim_replays=4,
+        tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
+    ),
 )
 
 _SMOKE = Profile(
@@ -283,6 +332,13 @@ _SMOKE = Profile(
         profile_batch_sizes=(1, 2, 4, 8, 16, 20), profile_requests=4, profile_context=16, profile_repeats=1,
         concurrencies=(1, 2, 4), sim_steps=10, real_concurrencies=(1, 4), real_repeats=1,
         appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
+    ),
+    gpu=GpuStudy(
+        prompts_per_benchmark=1, new_tokens=16, gamma=7, temperature=1.0, calibration_fraction=0.5,
+        thresholds=(0.0, 0.3, 0.6, 0.9), race_prompts=1, race_new_tokens=16, race_repeats=1,
+        profile_batch_sizes=(1, 2, 4, 8, 16), profile_requests=4, profile_context=16, profile_repeats=1,
+        concurrencies=(1, 2), sim_steps=20, sim_replays=2,
+        tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
     ),
 )
 
