@@ -143,3 +143,34 @@ def headline_rows(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "date": prov.get("date", ""),
         })
     return rows
+
+
+# Chapter 07's GPU runs: data/results/qwen3_4b_<gpu>.json (and ..._random_weights.json).
+GPU_RESULT_GLOB = "qwen3_4b_*.json"
+
+
+def latest_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | None:
+    """The newest chapter-07 GPU result in `folder` (default data/results/) by provenance date, as
+    (file stem, record); None when no GPU run has been committed (chapter 07)."""
+    folder = Path(folder) if folder is not None else committed_results_dir()
+    found = [(p.stem, json.loads(p.read_text())) for p in sorted(folder.glob(GPU_RESULT_GLOB))] if folder.exists() else []
+    if not found:
+        return None
+    return max(found, key=lambda item: (item[1].get("provenance", {}).get("date", ""), item[0]))
+
+
+def gpu_table1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (drafter, benchmark) of a chapter-07 result: our tau, the paper's and the
+    relative difference in %, with the mode and GPU it was measured on (chapter 07)."""
+    results = record.get("results", {})
+    env = results.get("environment", {})
+    rows = []
+    for drafter, by_bench in results.get("table1", {}).items():
+        paper = results.get("paper_table1", {}).get(drafter, {})
+        for bench, tau in by_bench.items():
+            ref = paper.get(bench)
+            rows.append({"drafter": drafter, "benchmark": bench, "tau (ours)": tau, "tau (paper)": ref,
+                         "difference %": None if tau is None or not ref else 100 * (tau / ref - 1),
+                         "mode": env.get("mode", ""), "gpu": env.get("gpu", ""),
+                         "prompts": env.get("prompt_counts", {}).get(bench)})
+    return rows
