@@ -32,7 +32,7 @@ import copy
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,7 +42,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 
-from .costs import _check_positions, _check_positive_int, _median_seconds, _model_device, _sync
+from .costs import _check_positions, _check_positive_int, _median_seconds, _model_device, _sync, curve_at
 from .scheduler import Scheduler, StepCurve
 from .serving import BlockRecords, _checked_lengths, resolve_scheduler
 from .speculative import Draft, verify_block
@@ -314,7 +314,7 @@ def time_packed_step(batch: PackedBatch, lengths: Sequence[int], repeats: int, w
 
 
 def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedulers: Sequence[str | Scheduler],
-                         curve: StepCurve, concurrencies: Sequence[int], steps: int, context_len: int, repeats: int,
+                         curve: StepCurve | Mapping[int, StepCurve], concurrencies: Sequence[int], steps: int, context_len: int, repeats: int,
                          domains: Sequence[str] | None = None, seed: int = 0) -> pd.DataFrame:
     """Real batched verification steps against the cost table's prediction (chapter 06).
 
@@ -326,6 +326,7 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
     step is timed with the varlen kernel (`time_packed_step`) and right-padded
     (`time_batched_step`), median of `repeats` each. One row per (R, scheduler): tokens per
     second predicted by the table (tokens over sum 1 / SPS(B)) and measured with each kernel.
+    `curve`: one step curve for every R, or one per R (`costs.curve_at` picks it).
     """
     names = [resolve_scheduler(s) for s in schedulers]
     domains = records.domain_names if domains is None else list(domains)
@@ -338,6 +339,7 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
     rows = []
     for R in tqdm(concurrencies, desc="real batched steps", leave=False):
         R = _check_positive_int(R, "each concurrency R")
+        table = curve_at(curve, R)
         rng = np.random.default_rng([seed, 8, R])
         request_domains = rng.choice(domains, size=R)
         batch = PackedBatch.prefill(packed, [torch.randint(0, target.config.vocab_size, (context_len,),
@@ -348,8 +350,8 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
             c, accepted = records.confidences[drawn], records.n_accepted[drawn]
             for k in rng.permutation(len(names)):
                 name, choose = names[k]
-                lengths = _checked_lengths(choose(c, c, curve), R, records.gamma, name)
-                totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / curve.sps(R + int(lengths.sum())),
+                lengths = _checked_lengths(choose(c, c, table), R, records.gamma, name)
+                totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]
         for name, (tokens, predicted, varlen, padded) in totals.items():

@@ -8,7 +8,9 @@ forwards; this module measures by how much. `profile_step_curve` turns the same 
 into SPS(B), target forward steps per second when B verification tokens (spread over several
 requests, each on a cached context) go through the target in one forward;
 `save_step_curve` / `load_step_curve` keep such a table as JSON, with `device_meta` saying
-where it was measured.
+where it was measured. `profile_step_curves` measures one table per concurrency R (B from R
+to R(gamma + 1), over exactly R requests), because on a CPU a step's time depends on how many
+requests' contexts it attends to, not only on B; `curve_at` picks the table for an R.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -263,6 +265,67 @@ def profile_step_curve(target: PreTrainedModel, batch_sizes: Sequence[int], requ
             "repeats": repeats, "warmup": warmup, "seed": seed, "padding": "right-padded query blocks",
             "seconds_per_step": seconds}
     return StepCurve.from_latencies(sizes, seconds, meta)
+
+
+def concurrency_batch_sizes(requests: int, gamma: int, points: int) -> list[int]:
+    """The batch sizes profiled for concurrency R (chapter 06): `points` sizes spread evenly
+    from R (every request sends its anchor only) to R(gamma + 1) (every request its whole
+    block), both ends included. concurrency_batch_sizes(4, 7, 8) == [4, 8, ..., 32]."""
+    requests, gamma, points = (_check_positive_int(v, name) for v, name in
+                               ((requests, "requests"), (gamma, "gamma"), (points, "points")))
+    return sorted({int(round(b)) for b in np.linspace(requests, requests * (gamma + 1), max(points, 2))})
+
+
+def profile_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
+                        context_len: int, repeats: int, device: str | torch.device | None = None,
+                        seed: int = 0) -> dict[int, StepCurve]:
+    """One measured SPS(B) per concurrency R (chapter 06): `profile_step_curve` at
+    `concurrency_batch_sizes(R, gamma, points)` with the tokens spread over exactly R requests.
+    A step at concurrency R always carries R requests, and on a CPU their cached contexts
+    cost attention time whatever B is, so a table measured with B spread over B requests
+    would charge an R = 16 step of 128 tokens like a step of 128 requests."""
+    sizes = sorted({_check_positive_int(r, "each concurrency R") for r in concurrencies})
+    if not sizes:
+        raise ValueError("concurrencies is empty; expected at least one R >= 1")
+    return {R: profile_step_curve(target, concurrency_batch_sizes(R, gamma, points), R, context_len, repeats,
+                                  device=device, seed=seed)
+            for R in tqdm(sizes, desc="profiling SPS(B) per R", leave=False)}
+
+
+def curve_at(curves: StepCurve | Mapping[int, StepCurve], requests: int) -> StepCurve:
+    """The step curve that serves concurrency R (chapter 06): `curves` itself when it is one
+    StepCurve, else the one profiled for R (ValueError naming the profiled R when absent)."""
+    if isinstance(curves, StepCurve):
+        return curves
+    if not isinstance(curves, Mapping) or not all(isinstance(c, StepCurve) for c in curves.values()):
+        raise ValueError(f"curves must be a StepCurve or a mapping R -> StepCurve; got {type(curves).__name__}")
+    if requests not in curves:
+        raise ValueError(f"no step curve was profiled for R = {requests}; profiled: R in {sorted(curves)}")
+    return curves[requests]
+
+
+def save_step_curves(curves: Mapping[int, StepCurve], path: str | Path) -> Path:
+    """Write per-concurrency step curves as one JSON object {"R": curve} (chapter 06)."""
+    if not curves or not all(isinstance(c, StepCurve) for c in curves.values()):
+        raise ValueError("curves must be a non-empty mapping R -> StepCurve")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({str(R): c.to_dict() for R, c in sorted(curves.items())}, indent=2) + "\n")
+    return path
+
+
+def load_step_curves(path: str | Path) -> dict[int, StepCurve]:
+    """Read per-concurrency step curves written by `save_step_curves` (chapter 06)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no step curves at {path}; profile them with profile_step_curves and save "
+                                f"them with save_step_curves")
+    try:
+        data = json.loads(path.read_text())
+        return {int(R): StepCurve.from_dict(c) for R, c in data.items()}
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, KeyError, ValueError) as error:
+        raise ValueError(f"{path} is not a valid set of step curves ({error}); expected a JSON object "
+                         f"{{\"R\": step curve}} from save_step_curves") from None
 
 
 def save_step_curve(curve: StepCurve, path: str | Path) -> Path:

@@ -143,9 +143,9 @@ class ConfidenceStudy:
 class ServingStudy:
     """Chapter 06's sizes: the cost table, the serving simulator and the real batched step.
 
-    profile_batch_sizes: batch token counts B at which SPS(B) is measured (interpolated between).
-    profile_requests / profile_context / profile_repeats: requests the B tokens are spread over,
-        their cached context length, and timings per size (median).
+    profile_points / profile_context / profile_repeats: batch sizes B profiled per concurrency R
+        (evenly from R to R(gamma + 1), interpolated between), the requests' cached context
+        length, and timings per size (median).
     concurrencies: the R values of the simulator's sweep; sim_steps: steps simulated per R.
     real_concurrencies / real_repeats: the real batched verification step's R values and timings.
     appendix_a_trials: Monte Carlo trials per scheduler in the Appendix A test (the claim needs >= 100k).
@@ -156,8 +156,7 @@ class ServingStudy:
         real batched steps' ranking is checked.
     """
 
-    profile_batch_sizes: tuple[int, ...]
-    profile_requests: int
+    profile_points: int
     profile_context: int
     profile_repeats: int
     concurrencies: tuple[int, ...]
@@ -181,8 +180,9 @@ class GpuStudy:
     calibration_fraction / thresholds: the STS split and the static-threshold sweep (chapter 05's).
     race_prompts / race_new_tokens / race_repeats: the wall-clock race of our engine against
         target-only decoding.
-    profile_*: chapter 06's SPS(B) profiler on the target; concurrencies / sim_steps /
-        sim_replays: chapter 06's simulator re-run with that table.
+    profile_points / profile_context / profile_repeats: chapter 06's SPS(B) profiler on the
+        target, one table per concurrency; concurrencies / sim_steps / sim_replays: chapter 06's
+        simulator re-run with those tables.
     tiny_*: the fallback world: a random Qwen3 target (hidden size, layers, heads of 16) and a
         random DSpark drafter (draft layers, Markov rank) on a BPE vocabulary of tiny_vocab.
     """
@@ -196,8 +196,7 @@ class GpuStudy:
     race_prompts: int
     race_new_tokens: int
     race_repeats: int
-    profile_batch_sizes: tuple[int, ...]
-    profile_requests: int
+    profile_points: int
     profile_context: int
     profile_repeats: int
     concurrencies: tuple[int, ...]
@@ -277,16 +276,15 @@ _FULL = Profile(
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=6, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
     serving=ServingStudy(
-        profile_batch_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048),
-        profile_requests=256, profile_context=128, profile_repeats=5,
+        profile_points=8, profile_context=128, profile_repeats=5,
         concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sim_steps=300, real_concurrencies=(1, 4, 16), real_repeats=10,
         appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
     gpu=GpuStudy(
         prompts_per_benchmark=20, new_tokens=256, gamma=7, temperature=1.0, calibration_fraction=0.5,
         thresholds=tuple(round(0.1 * i, 1) for i in range(10)), race_prompts=4, race_new_tokens=256, race_repeats=3,
-        profile_batch_sizes=(1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512), profile_requests=64,
-        profile_context=256, profile_repeats=5, concurrencies=(1, 2, 4, 8, 16, 32, 64), sim_steps=400, sim_replays=4,
+        profile_points=8, profile_context=256, profile_repeats=5, concurrencies=(1, 2, 4, 8, 16, 32, 64),
+        sim_steps=400, sim_replays=4,
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
     ),
 )
@@ -329,15 +327,14 @@ _SMOKE = Profile(
     confidence=ConfidenceStudy(rollout_prompts=2, rollout_samples=1, frozen_head_steps=3, resplits=2,
                                calibration_fraction=0.5, thresholds=(0.0, 0.3, 0.6, 0.9)),
     serving=ServingStudy(
-        profile_batch_sizes=(1, 2, 4, 8, 16, 20), profile_requests=4, profile_context=16, profile_repeats=1,
+        profile_points=3, profile_context=16, profile_repeats=1,
         concurrencies=(1, 2, 4), sim_steps=10, real_concurrencies=(1, 4), real_repeats=1,
         appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
     gpu=GpuStudy(
-        prompts_per_benchmark=1, new_tokens=16, gamma=7, temperature=1.0, calibration_fraction=0.5,
+        prompts_per_benchmark=1, new_tokens=40, gamma=7, temperature=1.0, calibration_fraction=0.5,
         thresholds=(0.0, 0.3, 0.6, 0.9), race_prompts=1, race_new_tokens=16, race_repeats=1,
-        profile_batch_sizes=(1, 2, 4, 8, 16), profile_requests=4, profile_context=16, profile_repeats=1,
-        concurrencies=(1, 2), sim_steps=20, sim_replays=2,
+        profile_points=3, profile_context=16, profile_repeats=1, concurrencies=(1, 2), sim_steps=20, sim_replays=2,
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
     ),
 )

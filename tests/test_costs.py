@@ -7,7 +7,11 @@ import json
 import pytest
 import torch
 
-from dspark_lite.costs import load_step_curve, profile_step_curve, save_step_curve, spread_tokens
+from dspark_lite.costs import (
+    concurrency_batch_sizes, curve_at, load_step_curve, load_step_curves, profile_step_curve, profile_step_curves,
+    save_step_curve, save_step_curves, spread_tokens,
+)
+from dspark_lite.scheduler import StepCurve
 from test_drafters import tiny_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -58,3 +62,30 @@ def test_profiler_and_loader_reject_bad_input(target, tmp_path):
     (tmp_path / "rates.json").write_text('{"sizes": [1, 2], "steps_per_second": [1.0, -1.0]}')
     with pytest.raises(ValueError, match="positive and finite"):
         load_step_curve(tmp_path / "rates.json")
+
+
+def test_concurrency_batch_sizes_run_from_anchors_only_to_whole_blocks():
+    assert concurrency_batch_sizes(4, 7, 8) == [4, 8, 12, 16, 20, 24, 28, 32]
+    assert concurrency_batch_sizes(1, 7, 3) == [1, 4, 8]
+    assert concurrency_batch_sizes(2, 3, 20) == list(range(2, 9))  # no size twice
+    with pytest.raises(ValueError, match="gamma must be an integer >= 1"):
+        concurrency_batch_sizes(2, 0, 4)
+
+
+def test_per_concurrency_profiles_spread_over_exactly_r_requests_and_round_trip(target, tmp_path):
+    curves = profile_step_curves(target, [3, 1], gamma=3, points=3, context_len=8, repeats=1)
+    assert sorted(curves) == [1, 3]
+    assert curves[3].sizes == (3, 8, 12) and curves[3].meta["requests"] == 3
+    assert curves[1].sizes == (1, 2, 4) and curves[1].meta["requests"] == 1
+    assert curve_at(curves, 3) is curves[3]
+    one = StepCurve.analytic(16, knee=4)
+    assert curve_at(one, 7) is one  # a single table serves every R
+    with pytest.raises(ValueError, match=r"no step curve was profiled for R = 2; profiled: R in \[1, 3\]"):
+        curve_at(curves, 2)
+    path = save_step_curves(curves, tmp_path / "curves.json")
+    assert load_step_curves(path) == curves
+    (tmp_path / "bad.json").write_text('{"1": {"sizes": [1]}}')
+    with pytest.raises(ValueError, match="not a valid set of step curves"):
+        load_step_curves(tmp_path / "bad.json")
+    with pytest.raises(FileNotFoundError, match="no step curves at"):
+        load_step_curves(tmp_path / "missing.json")

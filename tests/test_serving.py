@@ -86,15 +86,34 @@ def test_sweep_and_sla_gain():
     df = sweep(records, ["dspark", "mtp1", "threshold:0.7"], curve, [1, 4, 16, 64], 40, {"math": 1, "chat": 2}, seed=0)
     assert len(df) == 12 and set(df["scheduler"]) == {"dspark", "mtp1", "threshold:0.7"}
     assert np.allclose(df["per_user"], df["throughput"] / df["R"])
-    table = sla_gain(df, baseline="mtp1", per_user_slas=(0.5, 1.5))
+    table = sla_gain(df, baseline="mtp1", per_user_slas=(0.5, 1.5), tolerance=0.0)
     for _, row in table.iterrows():
         meets = df[df["per_user"] >= row["per_user_sla"]]
         best = meets.groupby("scheduler")["throughput"].max()
         assert row["dspark"] == pytest.approx(best["dspark"])
         assert row["gain_pct"] == pytest.approx(100 * (best["dspark"] / best["mtp1"] - 1))
     assert len(sla_gain(df)) == 4  # default: the baseline's own operating points
+    speeds = df[df["scheduler"] == "mtp1"].sort_values("per_user")["per_user"].to_numpy()
+    just_above = speeds[1] * 1.005  # within 1% of the second slowest point, which misses it exactly
+    loose, strict = sla_gain(df, per_user_slas=[just_above]), sla_gain(df, per_user_slas=[just_above], tolerance=0.0)
+    best_at = lambda speed: df[(df["scheduler"] == "mtp1") & (df["per_user"] >= speed)]["throughput"].max()
+    assert loose["mtp1"].iloc[0] == pytest.approx(best_at(speeds[1]))
+    assert strict["mtp1"].iloc[0] == pytest.approx(best_at(just_above))
+    with pytest.raises(ValueError, match="tolerance is a relative slack"):
+        sla_gain(df, tolerance=1.0)
     with pytest.raises(ValueError, match="scheduler 'eagle' not in df"):
         sla_gain(df, baseline="eagle")
+
+
+def test_sweep_reads_each_concurrencys_own_table():
+    records = random_records(1)
+    flat, steep = StepCurve.analytic(512, knee=512), StepCurve.analytic(512, knee=1, slope=2.0)
+    df = sweep(records, ["dspark"], {4: flat, 16: steep}, [4, 16], 40, seed=0).set_index("R")
+    alone = {R: sweep(records, ["dspark"], curve, [R], 40, seed=0).iloc[0] for R, curve in ((4, flat), (16, steep))}
+    for R in (4, 16):
+        assert df.loc[R, "throughput"] == pytest.approx(alone[R]["throughput"])
+    with pytest.raises(ValueError, match="no step curve was profiled for R = 8"):
+        sweep(records, ["dspark"], {4: flat}, [8], 5)
 
 
 def test_cumulative_threshold_is_a_named_scheduler():
