@@ -24,7 +24,8 @@ queries attend only to its own keys. `register_packed_attention` registers such 
 transformers' AttentionInterface, `packed_model` gives a copy of the target that uses it, and a
 `PackedBatch` holds the R cached prefixes packed in one cache row; a forward appends every
 request's block after them (a `PackedLayout` says where each request's queries and keys sit)
-and costs sum(1 + l_r) query tokens. `time_packed_step` measures that cost.
+and costs sum(1 + l_r) query tokens. `time_packed_step` measures that cost, and
+`profile_varlen_step_curves` turns it into the scheduler's cost tables, one per concurrency R.
 """
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 
-from .costs import _check_positions, _check_positive_int, _median_seconds, _model_device, _sync, curve_at
+from .costs import (
+    _check_positions, _check_positive_int, _median_seconds, _model_device, _sync, concurrency_batch_sizes, curve_at,
+    device_meta, spread_tokens,
+)
 from .scheduler import Scheduler, StepCurve
 from .serving import BlockRecords, _checked_lengths, resolve_scheduler
 from .speculative import Draft, verify_block
@@ -308,6 +312,38 @@ def time_packed_step(batch: PackedBatch, lengths: Sequence[int], repeats: int, w
         _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[warmup:])
+
+
+def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
+                               context_len: int, repeats: int, seed: int = 0) -> dict[int, StepCurve]:
+    """SPS(B) per concurrency R, measured with the varlen kernel the server verifies with
+    (chapter 06): `costs.profile_step_curves`' sizes (B from R to R(gamma + 1), spread evenly
+    over exactly R requests), each timed as a `PackedBatch` forward on R cached random contexts
+    of `context_len` tokens. After one warm-up pass, `repeats` rounds time every size once, in
+    a fresh random order each round (so the machine's drifts hit all sizes alike); the table
+    keeps the median."""
+    sizes_by_R = {_check_positive_int(R, "each concurrency R"): concurrency_batch_sizes(R, gamma, points)
+                  for R in sorted(set(concurrencies))}
+    if not sizes_by_R:
+        raise ValueError("concurrencies is empty; expected at least one R >= 1")
+    repeats, context_len = _check_positive_int(repeats, "repeats"), _check_positive_int(context_len, "context_len")
+    packed, generator = packed_model(target), torch.Generator().manual_seed(seed)
+    order, curves = np.random.default_rng(seed), {}
+    for R, sizes in tqdm(sizes_by_R.items(), desc="profiling SPS(B), varlen", leave=False):
+        batch = PackedBatch.prefill(packed, [torch.randint(0, target.config.vocab_size, (context_len,),
+                                                           generator=generator) for _ in range(R)])
+        lengths = [[q - 1 for q in spread_tokens(b, R)] for b in sizes]
+        for drafted in lengths:
+            time_packed_step(batch, drafted, repeats=1, warmup=1, seed=seed)
+        times = [[] for _ in sizes]
+        for _ in range(repeats):
+            for i in order.permutation(len(sizes)):
+                times[i].append(time_packed_step(batch, lengths[i], repeats=1, warmup=0, seed=seed))
+        seconds = [statistics.median(t) for t in times]
+        meta = {**device_meta(target), "kind": "measured", "kernel": "varlen (packed)", "context_len": context_len,
+                "requests": R, "repeats": repeats, "seed": seed, "seconds_per_step": seconds}
+        curves[R] = StepCurve.from_latencies(sizes, seconds, meta)
+    return curves
 
 
 # ========================================================================== 3. real batched steps

@@ -187,6 +187,29 @@ class StepCurve:
                 "times_lowered": int(np.sum(cleaned < seconds))}
         return StepCurve.from_latencies(every, np.interp(every, sizes, cleaned), meta)
 
+    def affine(self) -> StepCurve:
+        """The scheduler's table from a profiled one, as a straight line (chapter 06): the STEP
+        TIME fitted by least squares as a + b * B over the profiled sizes, at every integer B in
+        [min_batch, max_batch]. A step costs a fixed part plus a part per token; the line keeps
+        that model and drops the timing noise that `dense` follows point by point. A fitted
+        slope below zero (noise on a flat table) is set to 0, with a the mean time. meta gains
+        "interpolation", "fixed_seconds" (a), "seconds_per_token" (b) and "r2" (of the fit)."""
+        sizes = np.asarray(self.sizes, dtype=np.float64)
+        seconds = 1.0 / np.asarray(self.steps_per_second)
+        slope, fixed = np.polyfit(sizes, seconds, 1) if sizes.size > 1 else (0.0, float(seconds[0]))
+        if slope < 0:
+            slope, fixed = 0.0, float(seconds.mean())
+        residual, spread = np.sum((seconds - fixed - slope * sizes) ** 2), np.sum((seconds - seconds.mean()) ** 2)
+        every = np.arange(self.min_batch, self.max_batch + 1)
+        fitted = fixed + slope * every
+        if np.any(fitted <= 0):
+            raise ValueError(f"the line fitted to the step times ({fixed:.3g} s + {slope:.3g} s per token) is not "
+                             f"positive over B in [{self.min_batch}, {self.max_batch}]; use dense() for this table")
+        meta = {**self.meta, "interpolation": "step time fitted as a + b * B (least squares)",
+                "fixed_seconds": float(fixed), "seconds_per_token": float(slope),
+                "r2": float(1 - residual / spread) if spread > 0 else 1.0}
+        return StepCurve.from_latencies(every, fitted, meta)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: sizes, steps_per_second and meta. Chapter 06 builds it."""
         return {"sizes": list(self.sizes), "steps_per_second": list(self.steps_per_second),

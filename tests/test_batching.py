@@ -10,7 +10,7 @@ from transformers import DynamicCache
 
 from dspark_lite.batching import (
     PACKED_ATTENTION, PackedBatch, batched_verify, batched_verify_logits, pack_layout, packed_model,
-    packed_verify_logits, real_step_throughput, time_batched_step, time_packed_step,
+    packed_verify_logits, profile_varlen_step_curves, real_step_throughput, time_batched_step, time_packed_step,
 )
 from dspark_lite.scheduler import StepCurve
 from dspark_lite.serving import BlockRecords
@@ -176,3 +176,16 @@ def test_real_step_throughput_credits_record_tokens_and_times_both_kernels(targe
     assert table.loc[table["scheduler"] == "mtp1", "predicted (table)"].tolist() == [2.0, 6.0]
     fixed = table.loc[table["scheduler"] == "fixed", "predicted (table)"]
     assert ((fixed >= 2 * table["R"].unique()) & (fixed <= 4 * table["R"].unique())).all()
+
+
+def test_varlen_profile_gives_one_table_per_concurrency(target):
+    curves = profile_varlen_step_curves(target, [4, 1, 4], gamma=3, points=3, context_len=8, repeats=2, seed=0)
+    assert sorted(curves) == [1, 4]
+    assert curves[4].sizes == (4, 10, 16) and curves[1].sizes == (1, 2, 4)  # B from R to R(gamma + 1)
+    meta = curves[4].meta
+    assert meta["kernel"] == "varlen (packed)" and meta["requests"] == 4 and meta["repeats"] == 2
+    assert len(meta["seconds_per_step"]) == 3 and min(meta["seconds_per_step"]) > 0
+    with pytest.raises(ValueError, match="concurrencies is empty"):
+        profile_varlen_step_curves(target, [], gamma=3, points=3, context_len=8, repeats=1)
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        profile_varlen_step_curves(target, [2], gamma=3, points=3, context_len=8, repeats=0)

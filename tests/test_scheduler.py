@@ -149,6 +149,22 @@ def test_dense_interpolates_step_time_at_every_size_and_never_lets_it_fall():
     assert clean.sps(4) < StepCurve.from_latencies([2, 6], [0.01, 0.03]).sps(4)
 
 
+def test_affine_fits_the_step_time_as_a_line_at_every_size():
+    # Times 10 + 2 B ms exactly, then with noise around that line.
+    exact = StepCurve.from_latencies([1, 3, 5], [0.012, 0.016, 0.020], {"device": "cpu"}).affine()
+    assert exact.sizes == (1, 2, 3, 4, 5) and exact.meta["device"] == "cpu"
+    np.testing.assert_allclose(1.0 / np.array(exact.steps_per_second), [0.012, 0.014, 0.016, 0.018, 0.020])
+    assert exact.meta["fixed_seconds"] == pytest.approx(0.010) and exact.meta["seconds_per_token"] == pytest.approx(0.002)
+    assert exact.meta["r2"] == pytest.approx(1.0)
+    noisy = StepCurve.from_latencies([1, 2, 3, 4], [0.013, 0.013, 0.017, 0.017]).affine()
+    seconds = 1.0 / np.array(noisy.steps_per_second)
+    np.testing.assert_allclose(seconds, [0.0126, 0.0142, 0.0158, 0.0174])  # least squares: 11 + 1.6 B ms
+    assert 0 < noisy.meta["r2"] < 1
+    falling = StepCurve.from_latencies([1, 2], [0.02, 0.01]).affine()  # noise on a flat table: slope 0
+    np.testing.assert_allclose(1.0 / np.array(falling.steps_per_second), [0.015, 0.015])
+    assert StepCurve.from_latencies([4], [0.5]).affine().sizes == (4,)
+
+
 def test_random_step_curves_are_synthetic_and_non_increasing():
     rng = np.random.default_rng(8)
     for max_batch in (1, 2, 17):
