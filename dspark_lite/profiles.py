@@ -276,7 +276,7 @@ _FULL = Profile(
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=6, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
     serving=ServingStudy(
-        profile_points=8, profile_context=128, profile_repeats=9,
+        profile_points=8, profile_context=128, profile_repeats=25,
         concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sim_steps=300, real_concurrencies=(1, 4, 16), real_repeats=20,
         appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
