@@ -271,7 +271,7 @@ _FULL = Profile(
     heads=HeadStudy(
         ablation_steps=250, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
-        race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
+        race_prompts=24, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=6, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
