@@ -304,26 +304,42 @@ def curve_at(curves: StepCurve | Mapping[int, StepCurve], requests: int) -> Step
     return curves[requests]
 
 
+def _write_json(data: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def _read_json_object(path: str | Path, what: str, how: str) -> tuple[Path, dict[str, Any]]:
+    """(path, the JSON object in it); FileNotFoundError saying `how` to make one when the file
+    is missing, ValueError when it is not JSON or not an object."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} at {path}; {how}")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); expected {what} ({how})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a {type(data).__name__}; expected a JSON object of {what} ({how})")
+    return path, data
+
+
 def save_step_curves(curves: Mapping[int, StepCurve], path: str | Path) -> Path:
     """Write per-concurrency step curves as one JSON object {"R": curve} (chapter 06)."""
     if not curves or not all(isinstance(c, StepCurve) for c in curves.values()):
         raise ValueError("curves must be a non-empty mapping R -> StepCurve")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({str(R): c.to_dict() for R, c in sorted(curves.items())}, indent=2) + "\n")
-    return path
+    return _write_json({str(R): c.to_dict() for R, c in sorted(curves.items())}, path)
 
 
 def load_step_curves(path: str | Path) -> dict[int, StepCurve]:
     """Read per-concurrency step curves written by `save_step_curves` (chapter 06)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no step curves at {path}; profile them with profile_step_curves and save "
-                                f"them with save_step_curves")
+    path, data = _read_json_object(path, "step curves", "profile them with profile_step_curves and save them "
+                                                        "with save_step_curves")
     try:
-        data = json.loads(path.read_text())
         return {int(R): StepCurve.from_dict(c) for R, c in data.items()}
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, KeyError, ValueError) as error:
+    except (AttributeError, TypeError, KeyError, ValueError) as error:
         raise ValueError(f"{path} is not a valid set of step curves ({error}); expected a JSON object "
                          f"{{\"R\": step curve}} from save_step_curves") from None
 
@@ -332,26 +348,14 @@ def save_step_curve(curve: StepCurve, path: str | Path) -> Path:
     """Write a step curve as JSON (sizes, steps_per_second, meta); returns the path (chapter 06)."""
     if not isinstance(curve, StepCurve):
         raise ValueError(f"curve must be a StepCurve; got {type(curve).__name__}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(curve.to_dict(), indent=2) + "\n")
-    return path
+    return _write_json(curve.to_dict(), path)
 
 
 def load_step_curve(path: str | Path) -> StepCurve:
     """Read a step curve written by `save_step_curve` (chapter 06). FileNotFoundError when
     the file is missing, ValueError when it is not a valid step curve."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no step curve at {path}; profile one with profile_step_curve and "
-                                f"save it with save_step_curve")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); expected a step curve from save_step_curve") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a {type(data).__name__}; expected a JSON object with 'sizes' and "
-                         f"'steps_per_second'")
+    path, data = _read_json_object(path, "step curve", "profile one with profile_step_curve and save it with "
+                                                       "save_step_curve")
     try:
         return StepCurve.from_dict(data)
     except (TypeError, ValueError) as error:
