@@ -36,6 +36,10 @@ class CorpusKnobs:
     math_max_number: operands are drawn from 2..math_max_number (bigger = harder arithmetic).
     math_names: how many first names the problems draw from (more = more names to copy).
     math_phrase_entropy: probability that a solution step uses a non-canonical phrasing.
+    math_explain: probability that a solution opens with "Let's solve this step by step." and
+        that each computation is introduced by a sentence saying what it finds, as model
+        solutions to GSM8K-style problems are written. The sentences restate words of the
+        problem, so they dilute the computed numbers (0 gives terse, number-dense solutions).
     code_style_entropy: probability that a name or implementation style is non-canonical.
     chat_branching: how many equally good alternatives each chat phrase slot offers (1-5).
     chat_skip_dependency: probability that a skip-word agreement holds: the verb agrees with
@@ -51,6 +55,7 @@ class CorpusKnobs:
     math_max_number: int = 5
     math_names: int = 10
     math_phrase_entropy: float = 0.0
+    math_explain: float = 1.0
     code_style_entropy: float = 0.1
     chat_branching: int = 5
     chat_skip_dependency: float = 1.0
@@ -63,7 +68,7 @@ class CorpusKnobs:
             raise ValueError(f"math_max_number must be >= 5, got {self.math_max_number}")
         if not 2 <= self.math_names <= len(NAMES):
             raise ValueError(f"math_names must be in 2..{len(NAMES)}, got {self.math_names}")
-        for name in ("math_phrase_entropy", "code_style_entropy", "chat_skip_dependency", "chat_remarks"):
+        for name in ("math_phrase_entropy", "math_explain", "code_style_entropy", "chat_skip_dependency", "chat_remarks"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} is a probability in [0, 1], got {value}")
@@ -130,6 +135,11 @@ STEP_TOTAL = ("In total", "Altogether", "All together")
 STEP_ANSWER = ("The answer is", "So the answer is", "The final answer is")
 
 
+def _explain(rng: Rng, k: CorpusKnobs, sentence: str) -> str:
+    """The sentence and a newline with probability math_explain, else nothing."""
+    return f"{sentence}\n" if rng.uniform() < k.math_explain else ""
+
+
 def math_names(k: CorpusKnobs) -> tuple[str, ...]:
     """The first names math problems draw from."""
     return NAMES[: k.math_names]
@@ -143,9 +153,11 @@ def _math_buy_more(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"{name} has {a} {item}. {pron.capitalize()} buys {b} {boxes} of {item} with "
               f"{c} {item} in each {box}. How many {item} does {name} have now?")
     e = k.math_phrase_entropy
-    reply = (f"{name} starts with {a} {item}.\n"
-             f"Each {box} has {c} {item}, so {b} {boxes} have {b} x {c} = {bc} {item}.\n"
-             f"{rng.canonical_or_other(STEP_TOTAL, e)} {name} has {a} + {bc} = {total} {item}.\n"
+    reply = (_explain(rng, k, "Let's solve this step by step.") + f"{name} starts with {a} {item}.\n"
+             + _explain(rng, k, f"First, find how many {item} are in the {boxes}.")
+             + f"Each {box} has {c} {item}, so {b} {boxes} have {b} x {c} = {bc} {item}.\n"
+             + _explain(rng, k, f"Then add them to the {item} that {name} started with.")
+             + f"{rng.canonical_or_other(STEP_TOTAL, e)} {name} has {a} + {bc} = {total} {item}.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {total}.")
     return prompt, reply
 
@@ -159,9 +171,11 @@ def _math_change(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"A {good} costs {price} dollars. {name} buys {qty} of them and pays with "
               f"{paid} dollars. How much change does {name} get?")
     e = k.math_phrase_entropy
-    reply = (f"One {good} costs {price} dollars.\n"
+    reply = (_explain(rng, k, "Let's solve this step by step.") + _explain(rng, k, f"First, find the cost of all the things {name} buys.")
+             + f"One {good} costs {price} dollars.\n"
              f"{qty} of them cost {qty} x {price} = {cost} dollars.\n"
-             f"{name} pays {paid} dollars.\n"
+             + _explain(rng, k, f"Then take the cost away from the money {name} pays.")
+             + f"{name} pays {paid} dollars.\n"
              f"{rng.canonical_or_other(STEP_SO, e)} the change is {paid} - {cost} = {change} dollars.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {change}.")
     return prompt, reply
@@ -176,9 +190,11 @@ def _math_share(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"{name} has {total} {item}. {pron.capitalize()} keeps {kept} and shares the rest "
               f"equally among {friends} friends. How many {item} does each friend get?")
     e = k.math_phrase_entropy
-    reply = (f"{name} has {total} {item} and keeps {kept}.\n"
+    reply = (_explain(rng, k, "Let's solve this step by step.") + _explain(rng, k, f"First, take away the {item} that {name} keeps.")
+             + f"{name} has {total} {item} and keeps {kept}.\n"
              f"{rng.canonical_or_other(STEP_SO, e)} {pron} shares {total} - {kept} = {rest} {item}.\n"
-             f"Each of the {friends} friends gets {rest} / {friends} = {each} {item}.\n"
+             + _explain(rng, k, f"Then split the rest of the {item} equally among the friends.")
+             + f"Each of the {friends} friends gets {rest} / {friends} = {each} {item}.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {each}.")
     return prompt, reply
 
@@ -192,9 +208,11 @@ def _math_travel(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"A {vehicle} travels {speed} miles every hour. It drives for {hours} hours toward "
               f"a town that is {town} miles away. How many miles are still left?")
     e = k.math_phrase_entropy
-    reply = (f"The {vehicle} travels {speed} miles every hour for {hours} hours.\n"
+    reply = (_explain(rng, k, "Let's solve this step by step.") + _explain(rng, k, f"First, find how far the {vehicle} goes in that time.")
+             + f"The {vehicle} travels {speed} miles every hour for {hours} hours.\n"
              f"It covers {speed} x {hours} = {done} miles.\n"
-             f"The town is {town} miles away.\n"
+             + _explain(rng, k, f"Then take that distance away from the distance to the town.")
+             + f"The town is {town} miles away.\n"
              f"{rng.canonical_or_other(STEP_SO, e)} {town} - {done} = {left} miles are left.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
     return prompt, reply
@@ -209,10 +227,13 @@ def _math_week(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"{name} reads {weekday} pages on every weekday and {weekend} pages on each day of "
               f"the weekend. How many pages does {name} read in {weeks} weeks?")
     e = k.math_phrase_entropy
-    reply = (f"On the 5 weekdays {name} reads 5 x {weekday} = {five} pages.\n"
+    reply = (_explain(rng, k, "Let's solve this step by step.") + _explain(rng, k, f"First, count the pages {name} reads on the weekdays and on the weekend.")
+             + f"On the 5 weekdays {name} reads 5 x {weekday} = {five} pages.\n"
              f"On the 2 weekend days {name} reads 2 x {weekend} = {two} pages.\n"
-             f"In one week that is {five} + {two} = {week} pages.\n"
-             f"In {weeks} weeks that is {weeks} x {week} = {total} pages.\n"
+             + _explain(rng, k, "Then add them up to get the pages of one week.")
+             + f"In one week that is {five} + {two} = {week} pages.\n"
+             + _explain(rng, k, "Then multiply by the number of weeks.")
+             + f"In {weeks} weeks that is {weeks} x {week} = {total} pages.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {total}.")
     return prompt, reply
 
@@ -226,10 +247,12 @@ def _math_shop(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     prompt = (f"A shop has {stock} {item}. It sells {monday} {item} on Monday and twice as many "
               f"on Tuesday. How many {item} are left?")
     e = k.math_phrase_entropy
-    reply = (f"On Monday the shop sells {monday} {item}.\n"
+    reply = (_explain(rng, k, "Let's solve this step by step.") + _explain(rng, k, f"First, find how many {item} the shop sells on the two days.")
+             + f"On Monday the shop sells {monday} {item}.\n"
              f"On Tuesday it sells twice as many, 2 x {monday} = {tuesday} {item}.\n"
              f"{rng.canonical_or_other(STEP_TOTAL, e)} it sells {monday} + {tuesday} = {monday + tuesday} {item}.\n"
-             f"{rng.canonical_or_other(STEP_SO, e)} {stock} - {monday + tuesday} = {left} {item} are left.\n"
+             + _explain(rng, k, f"Then take the {item} it sells away from the {item} it had.")
+             + f"{rng.canonical_or_other(STEP_SO, e)} {stock} - {monday + tuesday} = {left} {item} are left.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
     return prompt, reply
 

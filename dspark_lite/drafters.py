@@ -236,6 +236,20 @@ class DraftAttention(nn.Module):
         out = attend(q, k, v, allowed).transpose(1, 2).reshape(*x.shape[:2], -1)
         return self.o_proj(out), own
 
+    def extend(self, x: Tensor, fresh: Tensor, cos: Tensor, sin: Tensor, past: KVPair) -> tuple[Tensor, KVPair]:
+        """Inference (chapter 03): queries from the block x [B, Q, input_size] over keys
+        [past; fresh; x], where `fresh` [B, F, input_size] are context rows not yet cached and
+        cos/sin cover the F + Q positions of [fresh; x]. The fresh rows go through the same
+        key/value projection as the block, in one call. Returns the output and the keys and
+        values [past; fresh; x]; the caller keeps the first len(past) + F as its cache."""
+        n_fresh = fresh.shape[1]
+        q = self.q_norm(self._heads(self.q_proj(x), self.num_heads)).transpose(1, 2)
+        q = rotate_pairs(q, cos[:, n_fresh:], sin[:, n_fresh:])
+        own = self.project_kv(torch.cat([fresh, x], 1), cos, sin)
+        k, v = torch.cat([past[0], own[0]], 2), torch.cat([past[1], own[1]], 2)
+        out = attend(q, k, v, None).transpose(1, 2).reshape(*x.shape[:2], -1)
+        return self.o_proj(out), (k, v)
+
 
 def _init_linear_weights(module: nn.Module, std: float, seed: int) -> None:
     """Normal(0, std) linear weights and zero biases, as transformers initialises Qwen3."""
@@ -341,7 +355,16 @@ class DFlashDecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, context_kv: KVPair, allowed: Tensor | None) -> Tensor:
         attended, _ = self.self_attn(self.input_layernorm(x), cos, sin, context_kv, allowed)
-        x = x + attended
+        return self._finish(x + attended)
+
+    def extend(self, x: Tensor, fresh: Tensor, cos: Tensor, sin: Tensor, past: KVPair) -> tuple[Tensor, KVPair]:
+        """Inference: the block x over cached context `past` and uncached context features
+        `fresh` (see DraftAttention.extend); returns the block's output and [past; fresh; x]'s
+        keys and values."""
+        attended, kv = self.self_attn.extend(self.input_layernorm(x), fresh, cos, sin, past)
+        return self._finish(x + attended), kv
+
+    def _finish(self, x: Tensor) -> Tensor:
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -370,7 +393,11 @@ class DFlashDrafter(HiddenStateDrafter):
         self.hidden_norm = Qwen3RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         self._finish_init(seed)
+        # Inference state: each layer's cached context keys/values, the target hidden states
+        # accepted since the last draft (projected inside the next draft's forward), and the
+        # number of context positions, cached or pending.
         self._context_kv: list[KVPair] | None = None
+        self._pending: Tensor | None = None
         self._context_length = 0
 
     # -- the backbone -------------------------------------------------------------------
@@ -447,10 +474,12 @@ class DFlashDrafter(HiddenStateDrafter):
 
     @torch.inference_mode()
     def start(self, prompt_ids: Tensor, target_hidden: Tensor | None) -> None:
-        """Cache every layer's context keys/values for the prompt positions."""
+        """Take the prompt's target hidden states; the first draft projects them into every
+        layer's context keys/values, in the same forward as its block."""
         hidden = self._check_hidden(target_hidden, 1)
-        positions = torch.arange(hidden.shape[0], device=self.device)
-        self._context_kv = self._context_kv_of(hidden[None], positions[None])
+        empty = hidden.new_zeros(1, self.layer_config.num_key_value_heads, 0, self.layer_config.head_dim)
+        self._context_kv = [(empty, empty) for _ in self.layers]
+        self._pending = hidden
         self._context_length = hidden.shape[0]
 
     @torch.inference_mode()
@@ -461,12 +490,26 @@ class DFlashDrafter(HiddenStateDrafter):
 
     def anchor_block_hidden(self, anchor_ids: Tensor, gamma: int) -> Tensor:
         """Final-normed hidden states [block_size, H] of the block at the anchor (the last of
-        `anchor_ids`) over the cached context; checks that the drafter is in step with the loop."""
+        `anchor_ids`) over the context; checks that the drafter is in step with the loop.
+
+        The context accepted since the last call is projected to keys/values in the same
+        forward (each layer's key/value projection runs once over [new context; block]), and
+        cached for the next call: the block equals `block_hidden` over the whole context."""
         self._check_ready(anchor_ids, gamma)
+        fresh = self._pending
         anchor_position = anchor_ids.shape[0] - 1
-        block = self.make_block_ids(anchor_ids[-1:].to(self.device))
-        positions = anchor_position + torch.arange(self.block_size, device=self.device)
-        return self._run_block(block, positions[None], self._context_kv, allowed=None)[0]
+        positions = torch.arange(anchor_position - fresh.shape[0], anchor_position + self.block_size,
+                                 device=self.device)
+        x = self.embed(self.make_block_ids(anchor_ids[-1:].to(self.device)))
+        features = self.context_features(fresh[None])
+        cos, sin = self.rotary_emb(x, positions[None])
+        cache = []
+        for layer, past in zip(self.layers, self._context_kv):
+            x, (k, v) = layer.extend(x, features, cos, sin, past)
+            keep = past[0].shape[2] + fresh.shape[0]
+            cache.append((k[:, :, :keep], v[:, :, :keep]))
+        self._context_kv, self._pending = cache, fresh[:0]
+        return self.norm(x)[0]
 
     def _check_ready(self, anchor_ids: Tensor, gamma: int) -> None:
         if self._context_kv is None:
@@ -481,14 +524,13 @@ class DFlashDrafter(HiddenStateDrafter):
 
     @torch.inference_mode()
     def accept(self, n_accepted: int, new_target_hidden: Tensor | None) -> None:
-        """Append the anchor's and the accepted drafts' context keys/values."""
+        """Queue the anchor's and the accepted drafts' hidden states for the next draft."""
+        if self._context_kv is None:
+            raise ValueError("DFlashDrafter.accept called before start(); call start(prompt_ids, target_hidden)")
         hidden = self._check_hidden(new_target_hidden, 1)
         if hidden.shape[0] != n_accepted + 1:
             raise ValueError(f"expected hidden states for n_accepted + 1 = {n_accepted + 1} positions, got {hidden.shape[0]}")
-        positions = self._context_length + torch.arange(hidden.shape[0], device=self.device)
-        new = self._context_kv_of(hidden[None], positions[None])
-        self._context_kv = [(torch.cat([k, nk], 2), torch.cat([v, nv], 2))
-                            for (k, v), (nk, nv) in zip(self._context_kv, new)]
+        self._pending = torch.cat([self._pending, hidden])
         self._context_length += hidden.shape[0]
 
 

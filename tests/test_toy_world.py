@@ -18,7 +18,7 @@ from dspark_lite.world import load_toy_world
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
 # purpose, update it here; it must never change with the machine or the Python version.
-PINNED_DIGEST = "dc6a2ce5aa69f9a7dc0037b37f33e9ed95b5697f8245a428dde3576383b588bd"
+PINNED_DIGEST = "5c7cf8ac1b6dce5cabdb8cda8f5f0f970e541dbc599ca4a8f5578bb25f39e7a1"
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
@@ -95,6 +95,22 @@ def test_math_names_knob_limits_the_names_and_mixes_pronouns() -> None:
     records = corpus.generate_records("math", "train", 100, 0, corpus.CorpusKnobs(math_names=4))
     used = {word for r in records for word in r["prompt"].replace(".", " ").split() if word in corpus.NAMES}
     assert used == set(pool)
+
+
+def test_math_explain_knob_adds_word_only_lines_and_keeps_the_arithmetic() -> None:
+    def lines(explain: float) -> list[list[str]]:
+        records = corpus.generate_records("math", "train", 100, 0, corpus.CorpusKnobs(math_explain=explain))
+        return [r["reply"].splitlines() for r in records]
+
+    terse, explained = lines(0.0), lines(1.0)
+    assert all(reply[0] != "Let's solve this step by step." for reply in terse)
+    assert all(reply[0] == "Let's solve this step by step." for reply in explained)
+    words_only = [line for reply in explained for line in reply if not any(ch.isdigit() for ch in line)]
+    assert len(words_only) >= 3 * len(explained)  # the opener and at least two step sentences each
+    count = lambda replies: sum(len(reply) for reply in replies)
+    assert count(explained) - count(terse) == len(words_only)  # the computed lines are unchanged in number
+    with pytest.raises(ValueError, match="math_explain"):
+        corpus.CorpusKnobs(math_explain=2.0)
 
 
 def _texts() -> list[str]:
