@@ -4,7 +4,8 @@
 domain's static-threshold sweep from the recorded blocks (`calibration.threshold_sweep`) and
 redraws two panels: accepted and rejected draft tokens per round with the acceptance rate
 (Figure 5), and tau against the tokens verified per round. `update` is the callback; it is
-plain Python, so a test can time it without a browser.
+plain Python, so a test can time it without a browser. It blits: the axes, ticks and legend
+are rendered once, and each call redraws only the artists that move (bars, lines, titles).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from PIL import Image
 from matplotlib.figure import Figure
 
 from . import calibration
@@ -65,10 +67,20 @@ class ThresholdPanel:
         bars.set_title(f"{domain}: threshold {chosen:.2f}, acceptance {sweep.loc[chosen, 'acceptance_rate']:.1%}")
         trade.set_title(f"tau {sweep.loc[chosen, 'tau']:.2f} for {sweep.loc[chosen, 'verified_per_round']:.2f} "
                         "verified tokens")
-        trade.set_xlim(0.8, self.confidences.shape[1] + 1.2)
-        trade.set_ylim(0.8, self.confidences.shape[1] + 1.2)
+        return self._blit([*accepted, *rejected, marker, rate, curve, point, bars.title, trade.title])
+
+    def _blit(self, moving: list) -> bytes:
+        """Restore the static frame, draw the moving artists on it, return the PNG bytes."""
+        if not hasattr(self, "_background"):
+            for artist in moving:
+                artist.set_animated(True)  # left out of the full draw below
+            self.canvas.draw()
+            self._background = self.canvas.copy_from_bbox(self.figure.bbox)
+        self.canvas.restore_region(self._background)
+        for artist in moving:
+            self.figure.draw_artist(artist)
         buffer = io.BytesIO()
-        self.canvas.print_png(buffer)  # one draw; Figure.savefig would draw twice
+        Image.fromarray(np.asarray(self.canvas.buffer_rgba())).save(buffer, format="png")
         return buffer.getvalue()
 
     def _draw_frame(self, sweep):
@@ -92,6 +104,8 @@ class ThresholdPanel:
         (point,) = trade.plot([], [], "o", color="black", ms=8)
         trade.set_xlabel("tokens verified per round")
         trade.set_ylabel("tau (tokens per round)")
+        trade.set_xlim(0.8, self.confidences.shape[1] + 1.2)
+        trade.set_ylim(0.8, self.confidences.shape[1] + 1.2)
         for ax in (bars, trade):
             ax.set_title("placeholder")  # leave room for the titles `update` writes
         self.figure.tight_layout()
