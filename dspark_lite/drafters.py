@@ -226,29 +226,18 @@ class DraftAttention(nn.Module):
         return rotate_pairs(k, cos, sin), v
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past: KVPair | None,
-                allowed: Tensor | None) -> tuple[Tensor, KVPair]:
-        """Queries from x [B, Q, input_size] over keys [past; x]; returns the output
-        [B, Q, hidden] and x's own (k, v) for the caller to cache."""
+                allowed: Tensor | None, fresh: Tensor | None = None) -> tuple[Tensor, KVPair]:
+        """Queries from x [B, Q, input_size] over keys [past; fresh; x]; returns the output
+        [B, Q, hidden] and the (k, v) of [fresh; x] for the caller to cache. `fresh`
+        [B, F, input_size] (inference, chapter 03) are context rows not yet cached: keys and
+        values only, projected in the same call as x's; cos/sin then cover the F + Q positions."""
+        n_fresh = 0 if fresh is None else fresh.shape[1]
         q = self.q_norm(self._heads(self.q_proj(x), self.num_heads)).transpose(1, 2)
-        q = rotate_pairs(q, cos, sin)
-        own = self.project_kv(x, cos, sin)
+        q = rotate_pairs(q, cos[:, n_fresh:], sin[:, n_fresh:])
+        own = self.project_kv(x if fresh is None else torch.cat([fresh, x], 1), cos, sin)
         k, v = own if past is None else (torch.cat([past[0], own[0]], 2), torch.cat([past[1], own[1]], 2))
         out = attend(q, k, v, allowed).transpose(1, 2).reshape(*x.shape[:2], -1)
         return self.o_proj(out), own
-
-    def extend(self, x: Tensor, fresh: Tensor, cos: Tensor, sin: Tensor, past: KVPair) -> tuple[Tensor, KVPair]:
-        """Inference (chapter 03): queries from the block x [B, Q, input_size] over keys
-        [past; fresh; x], where `fresh` [B, F, input_size] are context rows not yet cached and
-        cos/sin cover the F + Q positions of [fresh; x]. The fresh rows go through the same
-        key/value projection as the block, in one call. Returns the output and the keys and
-        values [past; fresh; x]; the caller keeps the first len(past) + F as its cache."""
-        n_fresh = fresh.shape[1]
-        q = self.q_norm(self._heads(self.q_proj(x), self.num_heads)).transpose(1, 2)
-        q = rotate_pairs(q, cos[:, n_fresh:], sin[:, n_fresh:])
-        own = self.project_kv(torch.cat([fresh, x], 1), cos, sin)
-        k, v = torch.cat([past[0], own[0]], 2), torch.cat([past[1], own[1]], 2)
-        out = attend(q, k, v, None).transpose(1, 2).reshape(*x.shape[:2], -1)
-        return self.o_proj(out), (k, v)
 
 
 def _init_linear_weights(module: nn.Module, std: float, seed: int) -> None:
@@ -353,19 +342,12 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, context_kv: KVPair, allowed: Tensor | None) -> Tensor:
-        attended, _ = self.self_attn(self.input_layernorm(x), cos, sin, context_kv, allowed)
-        return self._finish(x + attended)
-
-    def extend(self, x: Tensor, fresh: Tensor, cos: Tensor, sin: Tensor, past: KVPair) -> tuple[Tensor, KVPair]:
-        """Inference: the block x over cached context `past` and uncached context features
-        `fresh` (see DraftAttention.extend); returns the block's output and [past; fresh; x]'s
-        keys and values."""
-        attended, kv = self.self_attn.extend(self.input_layernorm(x), fresh, cos, sin, past)
-        return self._finish(x + attended), kv
-
-    def _finish(self, x: Tensor) -> Tensor:
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, context_kv: KVPair, allowed: Tensor | None,
+                fresh: Tensor | None = None) -> tuple[Tensor, KVPair]:
+        """The block's output and the keys/values of [fresh; block] (see DraftAttention)."""
+        attended, own = self.self_attn(self.input_layernorm(x), cos, sin, context_kv, allowed, fresh)
+        x = x + attended
+        return x + self.mlp(self.post_attention_layernorm(x)), own
 
 
 class DFlashDrafter(HiddenStateDrafter):
@@ -417,7 +399,7 @@ class DFlashDrafter(HiddenStateDrafter):
         x = self.embed(block_ids)
         cos, sin = self.rotary_emb(x, positions)
         for layer, kv in zip(self.layers, context_kv):
-            x = layer(x, cos, sin, kv, allowed)
+            x, _ = layer(x, cos, sin, kv, allowed)
         return self.norm(x)
 
     def make_block_ids(self, anchor_ids: Tensor, block_size: int | None = None) -> Tensor:
@@ -503,11 +485,10 @@ class DFlashDrafter(HiddenStateDrafter):
         x = self.embed(self.make_block_ids(anchor_ids[-1:].to(self.device)))
         features = self.context_features(fresh[None])
         cos, sin = self.rotary_emb(x, positions[None])
-        cache = []
-        for layer, past in zip(self.layers, self._context_kv):
-            x, (k, v) = layer.extend(x, features, cos, sin, past)
-            keep = past[0].shape[2] + fresh.shape[0]
-            cache.append((k[:, :, :keep], v[:, :, :keep]))
+        n_fresh, cache = fresh.shape[0], []
+        for layer, (k, v) in zip(self.layers, self._context_kv):
+            x, (own_k, own_v) = layer(x, cos, sin, (k, v), None, features)
+            cache.append((torch.cat([k, own_k[:, :, :n_fresh]], 2), torch.cat([v, own_v[:, :, :n_fresh]], 2)))
         self._context_kv, self._pending = cache, fresh[:0]
         return self.norm(x)[0]
 
