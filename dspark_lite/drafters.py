@@ -375,12 +375,10 @@ class DFlashDrafter(HiddenStateDrafter):
         self.hidden_norm = Qwen3RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         self._finish_init(seed)
-        # Inference state: each layer's cached context keys/values, the target hidden states
-        # accepted since the last draft (projected inside the next draft's forward), and the
-        # number of context positions, cached or pending.
+        # Inference state: each layer's cached context keys/values, and the target hidden
+        # states accepted since the last draft (projected inside the next draft's forward).
         self._context_kv: list[KVPair] | None = None
         self._pending: Tensor | None = None
-        self._context_length = 0
 
     # -- the backbone -------------------------------------------------------------------
 
@@ -462,7 +460,6 @@ class DFlashDrafter(HiddenStateDrafter):
         empty = hidden.new_zeros(1, self.layer_config.num_key_value_heads, 0, self.layer_config.head_dim)
         self._context_kv = [(empty, empty) for _ in self.layers]
         self._pending = hidden
-        self._context_length = hidden.shape[0]
 
     @torch.inference_mode()
     def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
@@ -492,6 +489,11 @@ class DFlashDrafter(HiddenStateDrafter):
         self._context_kv, self._pending = cache, fresh[:0]
         return self.norm(x)[0]
 
+    @property
+    def _context_length(self) -> int:
+        """Context positions the drafter holds, cached or pending."""
+        return self._context_kv[0][0].shape[2] + self._pending.shape[0]
+
     def _check_ready(self, anchor_ids: Tensor, gamma: int) -> None:
         if self._context_kv is None:
             raise ValueError("DFlashDrafter.draft called before start(); call start(prompt_ids, target_hidden)")
@@ -512,7 +514,6 @@ class DFlashDrafter(HiddenStateDrafter):
         if hidden.shape[0] != n_accepted + 1:
             raise ValueError(f"expected hidden states for n_accepted + 1 = {n_accepted + 1} positions, got {hidden.shape[0]}")
         self._pending = torch.cat([self._pending, hidden])
-        self._context_length += hidden.shape[0]
 
 
 # ----------------------------------------------------------------------------------------

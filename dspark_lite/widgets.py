@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from PIL import Image
 from matplotlib.figure import Figure
+from PIL import Image
 
 from . import calibration
 
