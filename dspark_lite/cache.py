@@ -88,6 +88,21 @@ def verify_manifest(folder: Path) -> None:
             raise CorruptArtifact(f"{path}: checksum differs from the manifest (corrupt file)")
 
 
+def artifact_folder(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (), root: Path | None = None) -> Path:
+    """Where the artifact for (kind, config) is (or would be) cached."""
+    root = Path(root) if root is not None else cache_dir()
+    return root / f"{kind}-{artifact_key(kind, config, code)}"
+
+
+def contains(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (), root: Path | None = None) -> bool:
+    """Whether a complete artifact for (kind, config) is cached (its folder passes its manifest)."""
+    try:
+        verify_manifest(artifact_folder(kind, config, code, root))
+    except CorruptArtifact:
+        return False
+    return True
+
+
 def load_or_build(
     kind: str,
     config: dict[str, Any],
@@ -101,8 +116,8 @@ def load_or_build(
     `build(folder)` writes the artifact's files into an empty folder; `load(folder)` reads
     them back. A corrupt cached folder is reported (warning with path and reason) and rebuilt.
     """
-    root = Path(root) if root is not None else cache_dir()
-    folder = root / f"{kind}-{artifact_key(kind, config, code)}"
+    folder = artifact_folder(kind, config, code, root)
+    root = folder.parent
     if folder.exists():
         try:
             verify_manifest(folder)

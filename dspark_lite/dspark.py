@@ -78,21 +78,26 @@ class RNNHead(MarkovHead):
     def initial_state(self, hidden: Tensor) -> Tensor:
         return hidden.new_zeros(*hidden.shape[:-1], self.rank)
 
-    def step(self, state: Tensor, prev_tokens: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
-        z = torch.cat([state, self.prev_embedding(prev_tokens).to(hidden.dtype), hidden], dim=-1)
+    def advance(self, state: Tensor, prev_embedding: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """The recurrence of one slot: (s_k, tanh(o_k)) from s_{k-1}, W1[x_{k-1}] and h_k."""
+        z = torch.cat([state, prev_embedding.to(hidden.dtype), hidden], dim=-1)
         gate, candidate, output = self.joint_proj(z).chunk(3, dim=-1)
         gate = torch.sigmoid(gate)
-        state = gate * state + (1 - gate) * torch.tanh(candidate)
-        return state, self.markov_w2(torch.tanh(output))
+        return gate * state + (1 - gate) * torch.tanh(candidate), torch.tanh(output)
+
+    def step(self, state: Tensor, prev_tokens: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        state, output = self.advance(state, self.prev_embedding(prev_tokens), hidden)
+        return state, self.markov_w2(output)
 
     def block_bias(self, prev_tokens: Tensor, hidden: Tensor) -> Tensor:
-        """Teacher-forced biases, unrolled over the block's slots."""
-        state = self.initial_state(hidden[..., 0, :])
-        biases = []
+        """Teacher-forced biases: only the state is unrolled over the block's slots; the
+        r -> V map W2 then runs once on all of them."""
+        embeddings = self.prev_embedding(prev_tokens)
+        state, outputs = self.initial_state(hidden[..., 0, :]), []
         for k in range(prev_tokens.shape[-1]):
-            state, bias = self.step(state, prev_tokens[..., k], hidden[..., k, :])
-            biases.append(bias)
-        return torch.stack(biases, dim=-2)
+            state, output = self.advance(state, embeddings[..., k, :], hidden[..., k, :])
+            outputs.append(output)
+        return self.markov_w2(torch.stack(outputs, dim=-2))
 
 
 class ConfidenceHead(nn.Module):

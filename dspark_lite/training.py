@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -325,18 +325,44 @@ def _drafter_device(drafter: nn.Module) -> torch.device:
     return next(drafter.parameters()).device
 
 
+@dataclass
+class TargetBatch:
+    """A batch of sequences with freshly sampled anchors and the frozen target's view of it
+    (chapter 03): logits [B, T, V] and the selected hidden states (or None). Drafters trained
+    side by side share one (`train_drafters`)."""
+
+    input_ids: Tensor
+    lengths: Tensor
+    anchors: Tensor
+    logits: Tensor
+    hidden: Tensor | None
+
+
+def target_batch(target: PreTrainedModel, sequences: TrainingSequences, indices: Sequence[int],
+                 cfg: DrafterTrainConfig, generator: torch.Generator, layer_ids: Sequence[int] | None) -> TargetBatch:
+    """Batch `indices`, sample `cfg.anchors_per_sequence` anchors in each sequence, run the target."""
+    input_ids, lengths, prompt_lengths = sequences.batch(indices)
+    anchors = sample_anchor_positions(lengths, prompt_lengths, cfg.anchors_per_sequence, generator)
+    logits, hidden = target_view(target, input_ids, layer_ids)
+    return TargetBatch(input_ids, lengths, anchors, logits, hidden)
+
+
+def drafter_loss(drafter: TrainableDrafter, batch: TargetBatch, cfg: DrafterTrainConfig) -> tuple[Tensor, dict]:
+    """The drafter's loss and metrics on a `TargetBatch` (chapter 03)."""
+    device = _drafter_device(drafter)
+    hidden = None if batch.hidden is None else batch.hidden.to(device)
+    with fast_autocast(device):
+        output = _as_block_output(drafter.train_logits(AnchorBatch(batch.input_ids.to(device), hidden,
+                                                                   batch.anchors.to(device))))
+    targets = block_targets(batch.input_ids, batch.logits.to(device), batch.anchors, batch.lengths, drafter.block_size)
+    return block_loss(output, targets, cfg)
+
+
 def anchor_step(drafter: TrainableDrafter, target: PreTrainedModel, sequences: TrainingSequences,
                 indices: Sequence[int], cfg: DrafterTrainConfig, generator: torch.Generator) -> tuple[Tensor, dict]:
     """Loss and metrics of one batch of sequences with freshly sampled anchors (chapter 03)."""
-    input_ids, lengths, prompt_lengths = sequences.batch(indices)
-    anchors = sample_anchor_positions(lengths, prompt_lengths, cfg.anchors_per_sequence, generator)
-    target_logits, hidden = target_view(target, input_ids, drafter.target_layer_ids)
-    device = _drafter_device(drafter)
-    batch = AnchorBatch(input_ids.to(device), None if hidden is None else hidden.to(device), anchors.to(device))
-    with fast_autocast(device):
-        output = _as_block_output(drafter.train_logits(batch))
-    targets = block_targets(input_ids, target_logits.to(device), anchors, lengths, drafter.block_size)
-    return block_loss(output, targets, cfg)
+    batch = target_batch(target, sequences, indices, cfg, generator, drafter.target_layer_ids)
+    return drafter_loss(drafter, batch, cfg)
 
 
 # ----------------------------------------------------------------------------------------
@@ -391,27 +417,80 @@ def train_drafter(drafter: TrainableDrafter, target: PreTrainedModel, sequences:
     bar showing the loss, DeepSpec's accept_rate@k (prefix survival, from 1 - TV) at k = 1
     and k = gamma, and the expected tokens per round. Returns the curves.
     """
-    check_target_is_separate(drafter, target)
-    generator = torch.Generator().manual_seed(seed)
+    return train_drafters({desc: drafter}, target, sequences, cfg, seed, desc)[desc]
+
+
+@dataclass
+class _Run:
+    """One drafter's training state inside `train_drafters`."""
+
+    drafter: TrainableDrafter
+    parameters: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    history: DrafterTrainHistory = field(default_factory=DrafterTrainHistory)
+
+
+def _start_run(drafter: TrainableDrafter, cfg: DrafterTrainConfig) -> _Run:
     parameters = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    schedule = get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
-    history, start = DrafterTrainHistory(), time.perf_counter()
-    target.eval()
+    optimizer = torch.optim.AdamW(parameters, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay, fused=True)
     drafter.train()
+    return _Run(drafter, parameters, optimizer, get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps))
+
+
+def _shared_layer_ids(drafters: Mapping[str, TrainableDrafter]) -> tuple[int, ...] | None:
+    """The target layers every drafter reads (they must agree to share the target's view)."""
+    layer_ids = {None if d.target_layer_ids is None else tuple(d.target_layer_ids) for d in drafters.values()}
+    if len(layer_ids) != 1:
+        raise ValueError(f"drafters trained together must read the same target layers, got {sorted(map(str, layer_ids))}")
+    return layer_ids.pop()
+
+
+def _progress(runs: Mapping[str, _Run], loss: float) -> dict[str, str]:
+    """The bar's postfix: one drafter's loss and acceptance proxies, or every drafter's tau_tv."""
+    if len(runs) > 1:
+        return {f"tau_tv {name}": f"{run.history.expected_tau_tv[-1]:.2f}" for name, run in runs.items()}
+    history = next(iter(runs.values())).history
+    survival = history.prefix_survival_tv[-1]
+    return {"loss": f"{loss:.3f}", "accept_rate@1": f"{survival[0]:.2f}",
+            f"accept_rate@{len(survival)}": f"{survival[-1]:.2f}", "tau_tv": f"{history.expected_tau_tv[-1]:.2f}"}
+
+
+def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedModel, sequences: TrainingSequences,
+                   cfg: DrafterTrainConfig, seed: int = 0, desc: str = "train drafters") -> dict[str, DrafterTrainHistory]:
+    """Train several drafters side by side (chapter 04), each as `train_drafter` would alone.
+
+    Every step draws one batch and one set of anchors and runs the frozen target on them once;
+    each drafter then takes its own step on that `TargetBatch` with its own optimiser. With the
+    same seed, a drafter's run is step for step the one it gets alone; only the target's
+    forward, about a fifth of a step, is shared. A history's `seconds` are the drafter's own
+    steps plus an equal share of the target's forwards, so they add up to the loop's time.
+    """
+    if not drafters:
+        raise ValueError("train_drafters needs at least one drafter")
+    layer_ids = _shared_layer_ids(drafters)
+    for drafter in drafters.values():
+        check_target_is_separate(drafter, target)
+    generator = torch.Generator().manual_seed(seed)
+    runs = {name: _start_run(drafter, cfg) for name, drafter in drafters.items()}
+    target.eval()
     batches = _batches(len(sequences), cfg.sequences_per_batch, generator)
     bar = tqdm(range(cfg.steps), desc=desc)
     for _ in bar:
-        loss, parts = anchor_step(drafter, target, sequences, next(batches), cfg, generator)
-        optimizer_step(loss, optimizer, schedule, parameters, cfg.max_grad_norm)
-        history.record(loss.item(), parts)
-        survival = parts["prefix_survival_tv"]
-        bar.set_postfix({"loss": f"{loss.item():.3f}", "accept_rate@1": f"{survival[0]:.2f}",
-                         f"accept_rate@{len(survival)}": f"{survival[-1]:.2f}", "tau_tv": f"{parts['expected_tau_tv']:.2f}"})
-    drafter.eval()
-    history.seconds = time.perf_counter() - start
-    check_finite(desc, history.loss[-1])
-    return history
+        start = time.perf_counter()
+        batch = target_batch(target, sequences, next(batches), cfg, generator, layer_ids)
+        shared = (time.perf_counter() - start) / len(runs)
+        for run in runs.values():
+            start = time.perf_counter()
+            loss, parts = drafter_loss(run.drafter, batch, cfg)
+            optimizer_step(loss, run.optimizer, run.schedule, run.parameters, cfg.max_grad_norm)
+            run.history.record(loss.item(), parts)
+            run.history.seconds += time.perf_counter() - start + shared
+        bar.set_postfix(_progress(runs, loss.item()))
+    for name, run in runs.items():
+        run.drafter.eval()
+        check_finite(name, run.history.loss[-1])
+    return {name: run.history for name, run in runs.items()}
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -114,16 +114,41 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
                           seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
     """The trained drafter of `kind` (a key of BUILDERS) for this world and recipe, with its
     training curves; trained from scratch on the first call, loaded from the cache afterwards."""
-    _check_kind(kind)
+    return load_or_train_drafters(world, [kind], recipe, seed)[kind]
+
+
+def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe | None = None,
+                           seed: int = 0) -> dict[str, tuple[nn.Module, DrafterTrainHistory]]:
+    """`load_or_train_drafter` for several kinds at once (chapter 04). Those not in the cache
+    train side by side, kinds with as many steps in one loop that runs the target once per
+    batch for all of them (`training.train_drafters`: each trains exactly as it would alone),
+    and each is cached under its own key, so either function finds it later."""
     recipe = recipe or world.profile.drafter
+    entries = {kind: _drafter_entry(world, _check_kind(kind), recipe, seed) for kind in kinds}
+    missing = [kind for kind, entry in entries.items() if not cache.contains(*entry)]
+    trained: dict[str, tuple[nn.Module, DrafterTrainHistory]] = {}
+    for steps in sorted({training_steps(kind, recipe) for kind in missing}):
+        group = {kind: BUILDERS[kind](world, recipe, seed) for kind in missing if training_steps(kind, recipe) == steps}
+        histories = training.train_drafters(group, world.target, training_replies(world, recipe),
+                                            train_config(recipe, steps=steps), seed, desc=f"train {' + '.join(group)}")
+        trained.update({kind: (drafter, histories[kind]) for kind, drafter in group.items()})
+
+    def build(kind: str) -> Callable[[Path], None]:
+        def write(folder: Path) -> None:  # trained above; a cached copy that failed to load retrains here
+            if kind not in trained:
+                drafter = BUILDERS[kind](world, recipe, seed)
+                trained[kind] = drafter, _train(world, kind, drafter, recipe, training_steps(kind, recipe), seed)
+            _save(*trained[kind], folder)
+        return write
+
+    return {kind: cache.load_or_build(name, config, build(kind), _loader(world, kind, recipe, seed), code=code)
+            for kind, (name, config, code) in entries.items()}
+
+
+def _drafter_entry(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> tuple[str, dict, list]:
+    """The cache's (kind, config, code) of a drafter trained from scratch."""
     config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "seed": seed}
-
-    def build(folder: Path) -> None:
-        drafter = BUILDERS[kind](world, recipe, seed)
-        _train_and_save(world, kind, drafter, recipe, training_steps(kind, recipe), seed, folder)
-
-    return cache.load_or_build(f"drafter-{kind}", config, build, _loader(world, kind, recipe, seed),
-                               code=_code_of(kind))
+    return f"drafter-{kind}", config, _code_of(kind)
 
 
 def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflash",
@@ -143,7 +168,7 @@ def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflas
         base, _ = load_or_train_drafter(world, base_kind, recipe, seed)
         drafter = BUILDERS[kind](world, recipe, seed)
         _start_from(drafter, base)
-        _train_and_save(world, kind, drafter, recipe, recipe.finetune_steps, seed, folder)
+        _save(drafter, _train(world, kind, drafter, recipe, recipe.finetune_steps, seed), folder)
 
     return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed),
                                code=_code_of(kind))
@@ -170,11 +195,14 @@ def _code_of(kind: str) -> list:
     return [drafters, training] + ([dspark] if kind.startswith("dspark") else [])
 
 
-def _train_and_save(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
-                    seed: int, folder: Path) -> None:
-    replies = training_replies(world, recipe)
+def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
+           seed: int) -> DrafterTrainHistory:
     cfg = train_config(recipe, steps=steps)
-    history = training.train_drafter(drafter, world.target, replies, cfg, seed=seed, desc=f"train {kind}")
+    return training.train_drafter(drafter, world.target, training_replies(world, recipe), cfg, seed=seed,
+                                  desc=f"train {kind}")
+
+
+def _save(drafter: nn.Module, history: DrafterTrainHistory, folder: Path) -> None:
     save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(folder / WEIGHTS))
     (folder / HISTORY).write_text(json.dumps(asdict(history)))
 

@@ -22,6 +22,7 @@ from dspark_lite.training import (
     evaluate_drafter,
     generate_training_sequences,
     train_drafter,
+    train_drafters,
 )
 
 VOCAB, MASK_ID, EOS_ID, PAD_ID = 48, 47, 46, 45
@@ -291,3 +292,30 @@ def test_a_few_training_steps_reduce_the_loss(make):
     assert len(history.loss) == cfg.steps and len(history.prefix_survival_tv[-1]) == GAMMA
     assert after["loss"] < 0.9 * before["loss"]
     assert after["expected_tau_tv"] > before["expected_tau_tv"]
+
+
+def test_drafters_trained_side_by_side_train_exactly_as_alone():
+    target = tiny_target(seed=4)
+    prompts = [random_ids(40 + i, 4 + i % 3) for i in range(8)]
+    data = generate_training_sequences(target, stub_tokenizer(), prompts, 12, 1.0, torch.Generator().manual_seed(0),
+                                       batch_size=8)
+    cfg = DrafterTrainConfig(steps=5, sequences_per_batch=2, anchors_per_sequence=4, lr=1e-2, warmup_steps=1)
+    together = {"two": dflash(target), "one": dflash(target, num_layers=1, seed=2), "eagle": eagle(target)}
+    histories = train_drafters(together, target, data, cfg, seed=3)
+    for name, alone in {"two": dflash(target), "one": dflash(target, num_layers=1, seed=2), "eagle": eagle(target)}.items():
+        history = train_drafter(alone, target, data, cfg, seed=3)
+        assert histories[name].loss == history.loss
+        theirs = together[name].state_dict()
+        assert all(torch.equal(value, theirs[key]) for key, value in alone.state_dict().items())
+    assert sum(h.seconds for h in histories.values()) > 0
+
+
+def test_drafters_trained_side_by_side_must_read_the_same_target_layers():
+    target = tiny_target(seed=4)
+    data = generate_training_sequences(target, stub_tokenizer(), [random_ids(1, 4), random_ids(2, 5)], 8, 1.0,
+                                       torch.Generator().manual_seed(0), batch_size=2)
+    other = DFlashDrafter(target, DFlashConfig((1,), mask_token_id=MASK_ID, block_size=GAMMA, num_layers=1), seed=1)
+    with pytest.raises(ValueError, match="same target layers"):
+        train_drafters({"a": dflash(target), "b": other}, target, data, DrafterTrainConfig(steps=1))
+    with pytest.raises(ValueError, match="at least one drafter"):
+        train_drafters({}, target, data, DrafterTrainConfig(steps=1))

@@ -176,6 +176,15 @@ def test_cache_builds_once_then_loads(tmp_path: Path) -> None:
     assert len(calls) == 2, "a different config is a different artifact"
 
 
+def test_cache_contains_only_complete_artifacts(tmp_path: Path) -> None:
+    load = lambda folder: (folder / "weights.bin").read_bytes()
+    assert not cache.contains("demo", {"a": 1}, root=tmp_path)
+    cache.load_or_build("demo", {"a": 1}, _write, load, root=tmp_path)
+    assert cache.contains("demo", {"a": 1}, root=tmp_path) and not cache.contains("demo", {"a": 2}, root=tmp_path)
+    (cache.artifact_folder("demo", {"a": 1}, root=tmp_path) / "weights.bin").write_bytes(b"ab")
+    assert not cache.contains("demo", {"a": 1}, root=tmp_path), "a damaged folder is not a cached artifact"
+
+
 @pytest.mark.parametrize("damage", ["truncate", "delete", "manifest"])
 def test_corrupt_cache_is_reported_with_path_and_rebuilt(tmp_path: Path, damage: str) -> None:
     load = lambda folder: (folder / "weights.bin").read_bytes()
