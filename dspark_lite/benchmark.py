@@ -47,19 +47,24 @@ def assisted(target: PreTrainedModel, draft_model: PreTrainedModel, max_new_toke
 def race(decoders: dict[str, Decoder], prompts: list[torch.Tensor], repeats: int = 5) -> dict[str, dict[str, float]]:
     """Tokens per second of each decoder over all prompts, median of `repeats` passes.
 
-    The decoders take turns within each repetition, so slow drifts of the machine hit all alike.
+    The decoders take turns on every prompt, the first one alternating from prompt to prompt,
+    so the machine's drifts in speed (seconds to minutes long on a shared CPU) hit all alike.
     """
     if repeats < 1 or not prompts:
         raise ValueError(f"need repeats >= 1 and at least one prompt, got {repeats} and {len(prompts)}")
-    speeds: dict[str, list[float]] = {name: [] for name in decoders}
+    names = list(decoders)
+    speeds: dict[str, list[float]] = {name: [] for name in names}
     tokens: dict[str, int] = {}
     for _ in range(repeats):
-        for name, decode in decoders.items():
-            start, count = time.perf_counter(), 0
-            for ids in prompts:
-                count += len(decode(ids))
-            speeds[name].append(count / (time.perf_counter() - start))
-            tokens[name] = count
+        seconds, counts = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0)
+        for index, ids in enumerate(prompts):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                counts[name] += len(decoders[name](ids))
+                seconds[name] += time.perf_counter() - start
+        for name in names:
+            speeds[name].append(counts[name] / seconds[name])
+        tokens = counts
     return {name: {"tokens_per_s": statistics.median(v), "tokens_per_s_all": v, "tokens": tokens[name]}
             for name, v in speeds.items()}
-

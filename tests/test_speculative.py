@@ -448,3 +448,24 @@ def test_gumbel_max_draws_from_the_tempered_softmax():
     assert chi_square_p_value(counts, torch.softmax(logits / 0.6, -1).numpy()) > SIGNIFICANCE
     assert chi_square_p_value(counts, torch.softmax(logits, -1).numpy()) < SIGNIFICANCE
     assert torch.equal(gumbel_perturbed(logits, 0.0, None), logits.float())
+
+
+def test_race_takes_turns_on_every_prompt_and_counts_tokens():
+    from dspark_lite import benchmark
+
+    calls = []
+
+    def decoder(name, n_tokens):
+        def decode(ids):
+            calls.append((name, int(ids[0])))
+            return torch.zeros(n_tokens, dtype=torch.long)
+        return decode
+
+    prompts = [torch.tensor([i]) for i in range(4)]
+    result = benchmark.race({"a": decoder("a", 3), "b": decoder("b", 5)}, prompts, repeats=2)
+    assert calls[:8] == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
+    assert len(calls) == 16
+    assert result["a"]["tokens"] == 12 and result["b"]["tokens"] == 20
+    assert all(len(r["tokens_per_s_all"]) == 2 and r["tokens_per_s"] > 0 for r in result.values())
+    with pytest.raises(ValueError, match="repeats"):
+        benchmark.race({"a": decoder("a", 1)}, prompts, repeats=0)
