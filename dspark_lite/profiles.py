@@ -50,8 +50,8 @@ class DrafterRecipe:
     steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma);
         `steps` trains DFlash, `eagle_steps` the autoregressive baseline, which converges in
         fewer (chapter 03 shows both training curves), `dspark_steps` DSpark drafters trained
-        from scratch (chapter 04: three quarters of DFlash's in the full profile, to fit the
-        chapter's 10-minute training budget; fewer steps can only handicap DSpark in Table 1),
+        from scratch (chapter 04; DFlash's count in the full profile, so Table 1 compares equal
+        budgets; the two DSpark drafters train side by side to fit the chapter's 10 minutes),
         `finetune_steps` the steps a drafter trains on top of another trained one (chapter 05's
         confidence head on DSpark-Markov).
     eval_prompts / eval_new_tokens / eval_samples: held-out prompts per domain, tokens
@@ -263,7 +263,7 @@ _FULL = Profile(
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
         block_size=7, target_layer_ids=(0, 1, 2, 3), dflash_layers=2, eagle_layers=1,
-        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, dspark_steps=1500, sequences_per_batch=4,
+        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, dspark_steps=2000, sequences_per_batch=4,
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,

@@ -229,12 +229,28 @@ def validate_draft(draft: Draft, target_logits: Tensor) -> None:
         raise ValueError(f"draft.confidences must have shape [{gamma}], got {tuple(draft.confidences.shape)}")
     if gamma == 0:
         return
-    if draft.tokens.dtype != torch.long or int(draft.tokens.min()) < 0 or int(draft.tokens.max()) >= vocab_size:
-        raise ValueError(f"draft.tokens must be int64 ids in [0, {vocab_size}), got {draft.tokens.tolist()}")
-    _validate_distributions(draft.probs.float(), draft.tokens)
+    if draft.tokens.dtype != torch.long:
+        raise ValueError(f"draft.tokens must be int64 ids, got dtype {draft.tokens.dtype}")
+    if not _draft_values_ok(draft.probs.float(), draft.tokens):
+        _explain_bad_values(draft.probs.float(), draft.tokens, vocab_size)
 
 
-def _validate_distributions(probs: Tensor, tokens: Tensor) -> None:
+def _draft_values_ok(probs: Tensor, tokens: Tensor) -> bool:
+    """Every check of `_explain_bad_values` in one host sync (this runs every round): ids in
+    range, no negative entry, rows summing to 1 (a NaN or inf row fails this too), and a
+    positive probability at each drafted token."""
+    vocab_size = probs.shape[-1]
+    tokens = tokens.to(probs.device)
+    in_range = (tokens >= 0) & (tokens < vocab_size)
+    at_tokens = probs.gather(-1, tokens.clamp(0, vocab_size - 1)[:, None])[:, 0]
+    sums_ok = (probs.sum(-1) - 1).abs() <= PROB_SUM_TOLERANCE
+    return bool((in_range & sums_ok & (at_tokens > 0)).all() & (probs.amin() >= 0))
+
+
+def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
+    """Raise the ValueError that says which check of `_draft_values_ok` failed."""
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+        raise ValueError(f"draft.tokens must be int64 ids in [0, {vocab_size}), got {tokens.tolist()}")
     if not bool(torch.isfinite(probs).all()):
         raise ValueError("draft.probs contains non-finite values (NaN or inf); expected probabilities")
     if bool((probs < 0).any()):
@@ -252,6 +268,7 @@ def _validate_distributions(probs: Tensor, tokens: Tensor) -> None:
             f"draft token(s) at position(s) {positions} have zero draft probability; a drafter must "
             "sample each token from the distribution it reports"
         )
+    raise ValueError("draft.probs failed validation for a reason no check above names")  # unreachable
 
 
 # ----------------------------------------------------------------------------------------

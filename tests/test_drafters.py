@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from dspark_lite.drafters import (
     AnchorBatch,
@@ -14,6 +15,7 @@ from dspark_lite.drafters import (
     DFlashDrafter,
     EagleConfig,
     EagleDrafter,
+    RMSNorm,
 )
 from dspark_lite.speculative import Drafter, autoregressive_generate, select_target_hidden, speculative_generate
 from dspark_lite.training import (
@@ -236,6 +238,29 @@ def test_embedding_and_lm_head_are_the_targets_and_stay_frozen(make):
     train_drafter(drafter, target, sequences, DrafterTrainConfig(steps=2, sequences_per_batch=2, warmup_steps=0))
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
     assert all(p.grad is None for p in target.parameters())
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_rmsnorm_is_qwen3s_in_one_kernel(autocast):
+    """The drafters' fused RMSNorm gives Qwen3RMSNorm's outputs, dtype and gradients, in float32
+    and under the trainer's bfloat16 autocast (where the input arrives in bfloat16)."""
+    ours, theirs = RMSNorm(16, eps=1e-6), Qwen3RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.copy_(torch.linspace(0.5, 1.5, 16))
+        theirs.weight.copy_(ours.weight)
+    x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(0)) * 4
+    outs, grads = [], []
+    for norm in (ours, theirs):
+        inputs = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            out = norm(inputs.to(torch.bfloat16) if autocast else inputs)
+        (out.float() * torch.arange(16.0)).sum().backward()
+        outs.append(out)
+        grads.append((inputs.grad, norm.weight.grad))
+    assert outs[0].dtype == outs[1].dtype == torch.float32
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+    for a, b in zip(grads[0], grads[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 LAYER_KEYS = [
