@@ -270,7 +270,7 @@ _FULL = Profile(
         collision_contexts=20, collision_samples=10, markov_rank=64, finetune_steps=500,
     ),
     heads=HeadStudy(
-        ablation_steps=150, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
+        ablation_steps=300, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=24, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
