@@ -242,7 +242,7 @@ def test_embedding_and_lm_head_are_the_targets_and_stay_frozen(make):
 
 @pytest.mark.parametrize("autocast", [False, True])
 def test_rmsnorm_matches_qwen3s(autocast):
-    """The drafters' fused RMSNorm gives Qwen3RMSNorm's outputs, dtype and gradients, in float32
+    """The drafters' RMSNorm (one F.rms_norm call) gives Qwen3RMSNorm's outputs, dtype and gradients, in float32
     and under the trainer's bfloat16 autocast (where the input arrives in bfloat16)."""
     ours, theirs = RMSNorm(16, eps=1e-6), Qwen3RMSNorm(16, eps=1e-6)
     with torch.no_grad():

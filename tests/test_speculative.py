@@ -197,6 +197,7 @@ def good_block(gamma: int = 2, vocab: int = 4):
         (lambda logits, draft: (logits, Draft(draft.tokens, draft.probs * 2)), "sum to 1"),
         (lambda logits, draft: (logits[:2], draft), "rows; expected gamma"),
         (lambda logits, draft: (logits, Draft(torch.tensor([0, 9]), draft.probs)), "ids in"),
+        (lambda logits, draft: (logits, Draft(draft.tokens.int(), draft.probs)), "int64 ids, got dtype"),
     ],
 )
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
