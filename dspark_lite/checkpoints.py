@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .drafters import DFlashConfig, DFlashDrafter
+from .drafters import DFlashConfig, DFlashDrafter, SharedTargetWeights
 from .dspark import DSparkConfig, DSparkDrafter
 
 # The released drafters and the target each was trained against (DeepSpec's README, Table 1).
@@ -265,7 +265,8 @@ def build_drafter(released: ReleasedConfig, target: PreTrainedModel, seed: int =
                   dtype: torch.dtype | None = None) -> DFlashDrafter:
     """A drafter of the released shape on `target`, with random weights (chapter 07): a
     DSparkDrafter or a DFlashDrafter in `dtype` (default: the target's), on the target's device
-    (a target on the `meta` device gives a drafter on `meta`, allocating nothing)."""
+    (a target on the `meta` device gives a drafter on `meta`, allocating nothing). Its RoPE
+    frequencies stay float32 whatever `dtype` is, as in DeepSpec's evaluator."""
     cfg = our_config(released, target.config)
     device, target_dtype = _model_place(target)
     dtype = target_dtype if dtype is None else dtype
@@ -273,7 +274,25 @@ def build_drafter(released: ReleasedConfig, target: PreTrainedModel, seed: int =
     place = torch.device("meta") if device.type == "meta" else contextlib.nullcontext()
     with _default_dtype(dtype if dtype.is_floating_point else None), place:
         drafter = factory(target, cfg, seed)
-    return drafter.to(dtype)
+    return rope_in_float32(drafter.to(dtype))
+
+
+def rope_in_float32(drafter: nn.Module) -> nn.Module:
+    """Recompute every rotary embedding's `inv_freq` in float32 on the drafter's device (chapter 07).
+
+    `drafter.to(torch.bfloat16)` casts buffers too, and `inv_freq` rounded to bf16 moves every
+    rotation angle (at position 2,000 the slowest frequencies are off by whole radians); DeepSpec's
+    evaluator loads its drafter with `from_pretrained(dtype=bf16)`, which keeps them float32. A
+    drafter built on the `meta` device gets its frequencies here too (they are not in the checkpoint)."""
+    device = next(drafter.parameters()).device
+    for module in drafter.modules():
+        if isinstance(getattr(module, "inv_freq", None), torch.Tensor) and hasattr(module, "config"):
+            with torch.device("cpu"):
+                fresh = type(module)(module.config)  # computes inv_freq in float32, as transformers does
+            module.inv_freq = fresh.inv_freq.to(device=device, dtype=torch.float32)
+            if hasattr(module, "original_inv_freq"):
+                module.original_inv_freq = module.inv_freq.clone()
+    return drafter
 
 
 def released_key(our_key: str) -> str:
@@ -352,14 +371,28 @@ def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _read_tensors(folder: Path, keys: set[str]) -> dict[str, torch.Tensor]:
+def _read_tensors(folder: Path, keys: set[str], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors named in `keys`, read straight onto `device` (nothing else is read)."""
     from safetensors import safe_open
 
     tensors = {}
     for path in _weight_files(folder):
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt", device=str(device)) as handle:
             tensors.update({key: handle.get_tensor(key) for key in handle.keys() if key in keys})
     return tensors
+
+
+def _read_rows(folder: Path, key: str, rows: list[int]) -> torch.Tensor:
+    """Rows `rows` of the [vocab, hidden] tensor `key`, read one slice at a time: the 0.78 GB
+    embedding of a Qwen3-4B drafter is never loaded to compare 16 rows (chapter 07)."""
+    from safetensors import safe_open
+
+    for path in _weight_files(folder):
+        with safe_open(str(path), framework="pt") as handle:
+            if key in handle.keys():
+                table = handle.get_slice(key)
+                return torch.cat([table[row:row + 1] for row in rows])
+    raise CheckpointError(f"{folder}: no tensor {key!r}")
 
 
 def hub_offline() -> bool:
@@ -401,26 +434,42 @@ def load_released(source: str | Path, target: PreTrainedModel, dtype: torch.dtyp
     Checks, in order: the config fits this target (CheckpointError saying "another target"),
     every key and shape (missing, unexpected, mis-shaped: named, with both shapes), then loads
     strictly. With `check_shared`, warns when the checkpoint's copies of the embedding and LM
-    head differ from the target's (the drafter was trained against other weights).
+    head differ from the target's (the drafter was trained against other weights): 16 rows of
+    each are compared, and only those rows are read. The drafter is built on the `meta` device
+    (no random initialisation, no memory) and its weights are read straight onto the target's
+    device; RoPE frequencies are float32 (`rope_in_float32`).
     """
     folder = resolve_source(source, download)
     released = read_released_config(folder)
-    drafter = build_drafter(released, target, dtype=dtype)
-    check_keys(checkpoint_shapes(folder), expected_shapes(drafter), str(folder))
-    tensors = _read_tensors(folder, set(expected_shapes(drafter)))
+    device, target_dtype = _model_place(target)
+    dtype = target_dtype if dtype is None else dtype
+    drafter = _meta_drafter(released, target, dtype)
+    expected = expected_shapes(drafter)
+    check_keys(checkpoint_shapes(folder), expected, str(folder))
     if check_shared:
-        _warn_if_shared_differ(tensors, drafter, folder)
-    state = {our_key(k): v for k, v in tensors.items() if our_key(k) is not None}
-    drafter.load_state_dict({k: v.to(drafter.dtype) for k, v in state.items()}, strict=True)
-    return drafter.eval()
+        _warn_if_shared_differ(drafter, folder)
+    tensors = _read_tensors(folder, set(expected) - set(SHARED_KEYS), device)
+    state = {our_key(k): v.to(dtype) for k, v in tensors.items()}
+    drafter.load_state_dict(state, strict=True, assign=True)
+    return rope_in_float32(drafter).eval()
 
 
-def _warn_if_shared_differ(tensors: dict[str, torch.Tensor], drafter: DFlashDrafter, folder: Path) -> None:
+def _meta_drafter(released: ReleasedConfig, target: PreTrainedModel, dtype: torch.dtype) -> DFlashDrafter:
+    """A drafter whose own weights live on the `meta` device, sharing the real target's embedding
+    and LM head: built against a meta shell of the target (same class and config, no memory)."""
+    with torch.device("meta"):
+        shell = type(target)(target.config)
+    drafter = build_drafter(released, shell, dtype=dtype)
+    drafter.shared = SharedTargetWeights.of(target)
+    return drafter
+
+
+def _warn_if_shared_differ(drafter: DFlashDrafter, folder: Path) -> None:
     modules = {"embed_tokens.weight": drafter.shared.embed_tokens, "lm_head.weight": drafter.shared.lm_head}
     rows = torch.linspace(0, drafter.vocab_size - 1, 16).long()
     for key, module in modules.items():
         ours = module.weight.detach()[rows.to(module.weight.device)].float().cpu()
-        theirs = tensors[key][rows].float()
+        theirs = _read_rows(folder, key, rows.tolist()).float()
         if not torch.allclose(ours, theirs, rtol=1e-2, atol=1e-3):
             warnings.warn(f"{folder}: {key} differs from the target's ({SHARED_KEYS[key]}); dspark_lite uses the "
                           "target's. Is this the drafter of another checkpoint of the target?", stacklevel=3)

@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any
 
@@ -145,32 +146,117 @@ def headline_rows(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-# Chapter 07's GPU runs: data/results/qwen3_4b_<gpu>.json (and ..._random_weights.json).
+# Chapter 07's GPU runs: data/results/qwen3_4b_<gpu>.json (real weights on DeepSpec's prompts),
+# ..._fixture.json (real weights on the book's fixture prompts) and ..._random_weights.json.
 GPU_RESULT_GLOB = "qwen3_4b_*.json"
+# What a chapter-07 run is, best first: the results page shows the best kind there is.
+GPU_RUN_KINDS: tuple[str, ...] = ("real weights, DeepSpec's prompts", "real weights, fixture prompts (not Table 1)",
+                                  "random weights (costs and overheads only)", "tiny random models (code path only)")
 
 
-def latest_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | None:
-    """The newest chapter-07 GPU result in `folder` (default data/results/) by provenance date, as
-    (file stem, record); None when no GPU run has been committed (chapter 07)."""
+def gpu_run_kind(record: dict[str, Any]) -> str:
+    """Which of GPU_RUN_KINDS a chapter-07 result is, from its environment (chapter 07). A file
+    without `comparable_to_paper` (written before it existed) counts as comparable when real."""
+    env = record.get("results", {}).get("environment", {})
+    mode = env.get("mode")
+    if mode == "real":
+        comparable = env.get("comparable_to_paper", env.get("prompt_source", "deepspec") != "fixture")
+        return GPU_RUN_KINDS[0] if comparable else GPU_RUN_KINDS[1]
+    return GPU_RUN_KINDS[2] if mode == "random-weights" else GPU_RUN_KINDS[3]
+
+
+def gpu_results(folder: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Every chapter-07 result in `folder` (default data/results/) as (file stem, record), best
+    first: real runs on DeepSpec's prompts, then real runs on the fixture, then random weights; the
+    newest first within a kind (chapter 07). A later random-weights run never hides a real one."""
     folder = Path(folder) if folder is not None else committed_results_dir()
     found = [(p.stem, json.loads(p.read_text())) for p in sorted(folder.glob(GPU_RESULT_GLOB))] if folder.exists() else []
-    if not found:
-        return None
-    return max(found, key=lambda item: (item[1].get("provenance", {}).get("date", ""), item[0]))
+    newest_first = sorted(found, key=lambda item: (item[1].get("provenance", {}).get("date", ""), item[0]), reverse=True)
+    return sorted(newest_first, key=lambda item: GPU_RUN_KINDS.index(gpu_run_kind(item[1])))
+
+
+def best_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | None:
+    """The chapter-07 result the results page leads with (`gpu_results`' first), or None."""
+    found = gpu_results(folder)
+    return found[0] if found else None
 
 
 def gpu_table1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (drafter, benchmark) of a chapter-07 result: our tau, the paper's and the
-    relative difference in %, with the mode and GPU it was measured on (chapter 07)."""
+    """One row per (drafter, benchmark) of a chapter-07 result: our tau, and the paper's with the
+    relative difference in % only for a run of real weights on DeepSpec's prompts (None otherwise),
+    with the kind of run, the GPU and the prompt count (chapter 07)."""
     results = record.get("results", {})
     env = results.get("environment", {})
+    kind = gpu_run_kind(record)
+    comparable = kind == GPU_RUN_KINDS[0]
+    taus = results.get("table1") if comparable else results.get("tau_not_table1", results.get("table1", {}))
     rows = []
-    for drafter, by_bench in results.get("table1", {}).items():
-        paper = results.get("paper_table1", {}).get(drafter, {})
+    for drafter, by_bench in (taus or {}).items():
+        paper = results.get("paper_table1", {}).get(drafter, {}) if comparable else {}
         for bench, tau in by_bench.items():
             ref = paper.get(bench)
             rows.append({"drafter": drafter, "benchmark": bench, "tau (ours)": tau, "tau (paper)": ref,
                          "difference %": None if tau is None or not ref else 100 * (tau / ref - 1),
-                         "mode": env.get("mode", ""), "gpu": env.get("gpu", ""),
+                         "kind": kind, "gpu": env.get("gpu", ""), "new tokens": env.get("new_tokens"),
                          "prompts": env.get("prompt_counts", {}).get(bench)})
     return rows
+
+
+# ========================================================================== Colab (every chapter's first cell)
+
+CONFIG_FILE = REPO / "_config.yml"
+COLAB_ROOT = "/content"
+
+
+def repository_setting(config_file: Path = CONFIG_FILE) -> tuple[str, str]:
+    """(url, branch) of `repository:` in _config.yml: the one setting that names the book's
+    repository. The launch buttons are derived from it by Jupyter Book, every chapter's Colab cell
+    by `colab_cell_source` (chapter 00)."""
+    import yaml
+
+    repo = (yaml.safe_load(Path(config_file).read_text()) or {}).get("repository") or {}
+    url, branch = str(repo.get("url") or "").rstrip("/"), str(repo.get("branch") or "main")
+    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url):
+        raise ValueError(f"{config_file}: repository.url must be https://github.com/<owner>/<name>, got {url!r}")
+    return url, branch
+
+
+def colab_launch_url(notebook: str, config_file: Path = CONFIG_FILE) -> str:
+    """The Colab launch button's address for `notebook` (e.g. "chapters/07_qwen3_4b_gpu.ipynb"), as
+    sphinx-book-theme forms it: <colab_url>/github/<owner>/<name>/blob/<branch>/<path> (chapter 00)."""
+    import yaml
+
+    url, branch = repository_setting(config_file)
+    colab = ((yaml.safe_load(Path(config_file).read_text()) or {}).get("launch_buttons") or {}).get("colab_url")
+    if not colab:
+        raise ValueError(f"{config_file}: launch_buttons.colab_url is not set")
+    return f"{colab.rstrip('/')}/github/{url.removeprefix('https://github.com/')}/blob/{branch}/{notebook}"
+
+
+def colab_cell_source(url: str, branch: str) -> str:
+    """The first cell of every chapter (chapter 00): on Colab only, clone the repository, install it
+    editable, and work inside the clone (so `data/` is there and results land in the clone's
+    `data/results/`). Nothing runs outside Colab."""
+    folder = f"{COLAB_ROOT}/{url.rsplit('/', 1)[1]}"
+    return (
+        "# Colab only: clone the book's repository (`repository.url` in _config.yml, which the launch buttons use too),\n"
+        "# install it editable and work inside the clone, so data/ is there and results land in its data/results/.\n"
+        "import os\n"
+        "import sys\n"
+        "\n"
+        'if "google.colab" in sys.modules:\n'
+        f'    REPOSITORY, BRANCH, CLONE = "{url}", "{branch}", "{folder}"\n'
+        "    if not os.path.isdir(CLONE):\n"
+        "        !git clone --quiet --depth 1 --branch {BRANCH} {REPOSITORY} {CLONE}\n"
+        "        !pip install --quiet -e {CLONE}\n"
+        "    sys.path.insert(0, CLONE)  # the editable install is seen by new kernels only\n"
+        '    os.chdir(os.path.join(CLONE, "chapters"))'
+    )
+
+
+def clone_url_of_cell(source: str) -> str:
+    """The repository URL a chapter's Colab cell clones (chapter 00's check of the first cells)."""
+    found = re.search(r'REPOSITORY, BRANCH, CLONE = "([^"]+)"', source)
+    if not found:
+        raise ValueError("the cell does not set REPOSITORY, BRANCH, CLONE; expected colab_cell_source's form")
+    return found.group(1)

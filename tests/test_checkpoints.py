@@ -186,3 +186,70 @@ def test_qwen3_4b_shaped_drafter_has_about_1_39b_parameters() -> None:
     assert shapes["markov_head.markov_w1.weight"] == (151936, 256)
     assert shapes["confidence_head.proj.weight"] == (1, 2560 + 256)
     assert shapes["fc.weight"] == (2560, 5 * 2560)
+
+
+def _float32_inv_freq(drafter: DFlashDrafter) -> torch.Tensor:
+    with torch.device("cpu"):
+        return type(drafter.rotary_emb)(drafter.rotary_emb.config).inv_freq
+
+
+def test_rope_frequencies_stay_float32_in_bf16(saved: tuple[DSparkDrafter, Path]) -> None:
+    """Issue 19, item 7: a bf16 drafter keeps float32 RoPE frequencies (DeepSpec's evaluator does),
+    whether built with random weights or loaded from a released folder."""
+    drafter, folder = saved
+    bf16_target = tiny_target().to(torch.bfloat16)
+    built = checkpoints.build_drafter(checkpoints.read_released_config(folder), bf16_target)
+    loaded = checkpoints.load_released(folder, bf16_target)
+    for model in (built, loaded):
+        assert model.fc.weight.dtype == torch.bfloat16
+        assert model.rotary_emb.inv_freq.dtype == torch.float32
+        assert torch.equal(model.rotary_emb.inv_freq, _float32_inv_freq(model))
+    rounded = _float32_inv_freq(built).to(torch.bfloat16).float()
+    assert not torch.equal(rounded, _float32_inv_freq(built)), "bf16 rounding must change some frequency"
+
+
+def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSparkDrafter, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19, item 11: the shared embedding / LM-head copies are never read whole (16 rows are
+    sliced), and the drafter is initialised on the meta device (no random weights first)."""
+    import safetensors
+
+    from dspark_lite import drafters
+
+    drafter, folder = saved
+    whole, devices = [], []
+    real_open, real_init = safetensors.safe_open, drafters._init_linear_weights
+
+    class Spy:
+        def __init__(self, *args, **kwargs) -> None:
+            self.inner = real_open(*args, **kwargs)
+
+        def __enter__(self):
+            self.handle = self.inner.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.inner.__exit__(*exc)
+
+        def keys(self):
+            return self.handle.keys()
+
+        def get_slice(self, key):
+            return self.handle.get_slice(key)
+
+        def get_tensor(self, key):
+            whole.append(key)
+            return self.handle.get_tensor(key)
+
+    def init_spy(module, std, seed):
+        devices.append(next(module.parameters()).device.type)
+        return real_init(module, std, seed)
+
+    monkeypatch.setattr(safetensors, "safe_open", Spy)
+    monkeypatch.setattr(drafters, "_init_linear_weights", init_spy)
+    loaded = checkpoints.load_released(folder, tiny_target())
+    assert whole and not set(whole) & set(checkpoints.SHARED_KEYS), whole
+    assert devices and set(devices) == {"meta"}, devices
+    assert all(p.device.type == "cpu" for p in loaded.parameters())
+    for (k1, v1), (k2, v2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2), k1

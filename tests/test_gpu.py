@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from dspark_lite import evalsets, gpu, results
+from dspark_lite.evaluation import summarize
 from dspark_lite.profiles import get_profile
+from dspark_lite.speculative import RoundRecord
 
 
 def test_modes_need_a_gpu_except_smoke() -> None:
@@ -47,14 +49,156 @@ def test_smoke_world_goes_through_the_released_layout(tmp_path: Path, monkeypatc
     assert path.parent == tmp_path / "results" and "data/results" not in str(path)
 
 
-def test_results_page_helpers(tmp_path: Path) -> None:
-    assert results.latest_gpu_result(tmp_path) is None
-    for name, date in (("qwen3_4b_l4", "2026-01-01 10:00 UTC"), ("qwen3_4b_a100", "2026-02-01 10:00 UTC")):
-        record = {"provenance": {"date": date}, "results": {
-            "environment": {"mode": "real", "gpu": name, "prompt_counts": {"gsm8k": 20}},
-            "table1": {"dspark": {"gsm8k": 6.0}}, "paper_table1": {"dspark": {"gsm8k": 6.11}}}}
+def _gpu_record(mode: str, date: str, source: str = "deepspec", tau: float = 6.0) -> dict:
+    comparable = mode == "real" and source != "fixture"
+    taus = {"dspark": {"gsm8k": tau}}
+    return {"provenance": {"date": date}, "results": {
+        "environment": {"mode": mode, "gpu": "NVIDIA L4", "prompt_counts": {"gsm8k": 20}, "prompt_source": source,
+                        "comparable_to_paper": comparable, "new_tokens": 256},
+        ("table1" if comparable else "tau_not_table1"): taus,
+        **({"paper_table1": {"dspark": {"gsm8k": 6.11}}} if comparable else {})}}
+
+
+def test_results_page_prefers_real_runs(tmp_path: Path) -> None:
+    """Issue 19, item 12: a newer random-weights (or fixture) run never hides a real one, and only
+    a real run on DeepSpec's prompts is set beside the paper."""
+    assert results.best_gpu_result(tmp_path) is None
+    files = {"qwen3_4b_l4": _gpu_record("real", "2026-01-01 10:00 UTC"),
+             "qwen3_4b_l4_fixture": _gpu_record("real", "2026-02-01 10:00 UTC", "fixture", 5.0),
+             "qwen3_4b_h100_random_weights": _gpu_record("random-weights", "2026-03-01 10:00 UTC", "fixture", 7.9)}
+    for name, record in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
-    name, record = results.latest_gpu_result(tmp_path)
-    assert name == "qwen3_4b_a100"
+    ranked = [name for name, _ in results.gpu_results(tmp_path)]
+    assert ranked == ["qwen3_4b_l4", "qwen3_4b_l4_fixture", "qwen3_4b_h100_random_weights"]
+    name, record = results.best_gpu_result(tmp_path)
+    assert name == "qwen3_4b_l4"
     (row,) = results.gpu_table1_rows(record)
     assert row["prompts"] == 20 and row["difference %"] == pytest.approx(100 * (6.0 / 6.11 - 1))
+    assert row["kind"] == results.GPU_RUN_KINDS[0]
+    for other in ("qwen3_4b_l4_fixture", "qwen3_4b_h100_random_weights"):
+        (row,) = results.gpu_table1_rows(files[other])
+        assert row["tau (paper)"] is None and row["difference %"] is None and row["kind"] != results.GPU_RUN_KINDS[0]
+    newer_real = _gpu_record("real", "2026-04-01 10:00 UTC", tau=6.1)
+    (tmp_path / "qwen3_4b_a100.json").write_text(json.dumps(newer_real))
+    assert results.best_gpu_result(tmp_path)[0] == "qwen3_4b_a100"  # the newest within the best kind
+
+
+# ---------------------------------------------------------------------------------------- issue 19, harness side
+
+
+def test_dtype_follows_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19, item 8: a T4 (sm 7.5) answers is_bf16_supported() == True but gets fp16; sm >= 8.0 gets bf16."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    cuda = torch.device("cuda:0")
+    for capability, dtype in (((7, 5), torch.float16), ((7, 0), torch.float16), ((8, 0), torch.bfloat16),
+                              ((8, 9), torch.bfloat16), ((9, 0), torch.bfloat16)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, c=capability, **k: c)
+        assert gpu.pick_dtype(cuda) == dtype, capability
+
+
+def test_baseline_samples_at_t1_whatever_the_hub_config_says() -> None:
+    """Issue 19, item 9: the target-only baseline samples from the full distribution at T = 1 even
+    when the model's own generation config asks for top-k sampling (Qwen3-4B's: top-k 20, top-p 0.95).
+    Here the model's config says top_k = 1, which would make every sample the greedy token."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    target = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, head_dim=8, intermediate_size=48,
+                                          max_position_embeddings=128)).eval()
+    target.generation_config = GenerationConfig(do_sample=True, temperature=0.6, top_k=1, top_p=0.95, min_p=0.5,
+                                                repetition_penalty=1.5, eos_token_id=[62, 63], pad_token_id=63)
+    ids = torch.tensor([1, 2, 3, 4])
+    greedy = gpu.hf_generate(target, 12, 0.0, None, 0)(ids)
+    samples = []
+    for seed in range(4):
+        torch.manual_seed(seed)
+        samples.append(gpu.hf_generate(target, 12, 1.0, None, 0)(ids))
+    assert any(not torch.equal(s[: len(greedy)], greedy[: len(s)]) for s in samples), "sampling at T = 1 gave greedy"
+    config = gpu.baseline_generation_config(12, 1.0, [62, 63], None)
+    merged, _ = target._prepare_generation_config(config)  # transformers' own merge with the model's config
+    assert (merged.top_k, merged.top_p, merged.min_p, merged.repetition_penalty, merged.temperature) == (0, 1.0, 0.0, 1.0, 1.0)
+    assert merged.eos_token_id == [62, 63]
+
+
+def test_end_ids_come_from_the_generation_config() -> None:
+    """Issue 19, item 6 (harness side): both of Qwen3's end ids reach the engine and the baseline."""
+    target = gpu.random_target(gpu.QWEN3_4B / "config.json", torch.device("meta"), torch.bfloat16)
+    tok = type("Tok", (), {"eos_token_id": 151645})()
+    assert gpu.end_token_ids(target, tok) == [151645, 151643]
+    world = gpu.World("random-weights", torch.device("meta"), torch.bfloat16, target, tok, {})
+    assert world.eos_token_ids == [151645, 151643]
+    target.generation_config.eos_token_id = None
+    assert gpu.end_token_ids(target, tok) == [151645]
+
+
+def test_real_runs_refuse_the_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19, item 4: without DeepSpec's files (or an allowed download) a real run has no prompts;
+    on the fixture it is saved as a fixture run and never set beside the paper."""
+    with pytest.raises(FileNotFoundError, match="Table 1 needs DeepSpec's evaluation files"):
+        gpu.load_prompts(2)
+    prompts, source = gpu.load_prompts(2, allow_fixture=True)
+    assert source == "fixture" and all(len(p) <= 2 for p in prompts.values())
+    (tmp_path / "eval_datasets").mkdir()
+    for name in evalsets.TABLE1_ORDER:
+        (tmp_path / "eval_datasets" / f"{name}.jsonl").write_text('{"turns": ["a real prompt"]}\n')
+    assert gpu.load_prompts(2, tmp_path)[1] == "deepspec"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="offline"):
+        gpu.load_prompts(2, download=True)
+    assert gpu.comparable_to_paper("real", "deepspec") and not gpu.comparable_to_paper("real", "fixture")
+    assert not gpu.comparable_to_paper("random-weights", "deepspec")
+    monkeypatch.setattr(gpu, "gpu_name", lambda device: "NVIDIA L4")
+    world = gpu.World("real", torch.device("cuda:0"), torch.bfloat16, None, None, {})
+    assert gpu.result_path(world, "fixture").name == "qwen3_4b_l4_fixture.json"
+    assert gpu.result_path(world, "deepspec").name == "qwen3_4b_l4.json"
+    run = gpu.BenchmarkRun(summarize("gsm8k", [RoundRecord(7, 3)], 7, 4, keep_records=True),
+                           dict.fromkeys(gpu.PHASES, 0.0))
+    assert "tau (paper)" not in gpu.table1_frame({"dspark": {"gsm8k": run}}, compare=False)
+    assert gpu.table1_frame({"dspark": {"gsm8k": run}})["tau (paper)"].tolist() == [6.11]
+
+
+def test_merge_pools_the_ranks_parts() -> None:
+    """torchrun: rank 0 merges every rank's part into one run; a missing or repeated rank is an error."""
+    def part(rank: int, rounds: list) -> dict:
+        return {"rank": rank, "world_size": 2, "runs": {"dspark": {"gsm8k": {
+            "rounds": rounds, "tokens": sum(a + 1 for _, a, _ in rounds),
+            "seconds": {"prefill": 0.1, "draft": 0.2, "verify": 0.3, "overhead": 0.4}}}}}
+
+    c = [0.9] * 7
+    parts = [part(0, [[7, 7, c], [7, 2, c]]), part(1, [[7, 0, c]])]
+    runs = gpu.merge_parts(json.loads(json.dumps(parts)), gamma=7)
+    run = runs["dspark"]["gsm8k"]
+    assert run.acceptance.rounds == 3 and run.acceptance.tau == pytest.approx((8 + 3 + 1) / 3)
+    assert run.seconds["verify"] == pytest.approx(0.6) and run.acceptance.tokens == 12
+    assert [r.accepted for r in run.acceptance.records] == [7, 2, 0]
+    assert gpu.block_records(runs["dspark"], 7).confidences.shape == (3, 7)
+    overheads = gpu.engine_overheads(runs)
+    assert overheads.loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 3)
+    with pytest.raises(ValueError, match="one part per rank"):
+        gpu.merge_parts(parts[:1], gamma=7)
+    with pytest.raises(ValueError, match="one part per rank"):
+        gpu.merge_parts([parts[0], parts[0]], gamma=7)
+
+
+def test_memory_table_and_profile_sizes_from_the_configs() -> None:
+    """The chapter's memory table is computed from the configs; the profiler keeps the R that fit."""
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(**json.loads((gpu.QWEN3_4B / "config.json").read_text()))
+    folders = {k: gpu.QWEN3_4B / Path(v).name for k, v in gpu.DRAFTER_IDS.items()}
+    table = gpu.memory_table(config, folders, torch.bfloat16, 2048).set_index("part")
+    assert 4.0 < table["parameters (B)"].iloc[0] < 4.03  # Qwen3-4B: 4.02B with the tied embedding once
+    dflash, dspark = table["parameters (B)"].iloc[1:3]
+    assert 0.61 < dspark < 0.62, dspark  # of its 1.39B, 0.78B are the embedding / LM-head copies it shares
+    markov_and_confidence = 2 * 151936 * 256 + (2560 + 256 + 1)
+    assert (dspark - dflash) * 1e9 == pytest.approx(markov_and_confidence, abs=1)
+    assert gpu.kv_bytes_per_token(config, 2) == 2 * 36 * 8 * 128 * 2
+    assert table["GiB"].iloc[3] == pytest.approx(2 * 36 * 8 * 128 * 2 * 2048 / 2**30)
+    need = [gpu.profile_step_bytes(config, R, 7, 256, 2) for R in (1, 8, 64)]
+    assert need[0] < need[1] < need[2]
+    free = need[1] / 0.6 + 1
+    assert gpu.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, free) == [1, 8]
+    assert gpu.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, None) == [1, 8, 64]
+    with pytest.raises(MemoryError, match="lower profile_context"):
+        gpu.affordable_concurrencies(config, (8, 64), 7, 256, 2, need[0])

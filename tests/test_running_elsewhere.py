@@ -1,0 +1,103 @@
+"""Running the book elsewhere (chapters 00 and 07): every chapter's Colab cell clones the repository
+the launch buttons name, and chapter 07's headless entry point runs without any notebook library."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dspark_lite import results
+
+REPO = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((REPO / "chapters").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[nb.stem for nb in CHAPTERS])
+def test_colab_cell_clones_the_repository_of_the_launch_buttons(notebook: Path) -> None:
+    """Issue 19, item 2: the first cell is colab_cell_source of _config.yml's repository setting, so
+    the repository it clones is the one in the Colab launch button's address."""
+    url, branch = results.repository_setting()
+    cell = nbformat.read(notebook, as_version=4).cells[0]
+    assert cell.cell_type == "code" and cell.source == results.colab_cell_source(url, branch)
+    launch = results.colab_launch_url(f"chapters/{notebook.name}")
+    owner_name = url.removeprefix("https://github.com/")
+    assert launch == f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/chapters/{notebook.name}"
+    assert results.clone_url_of_cell(cell.source) == url
+    assert cell.source.count('"google.colab" in sys.modules') == 1
+    body = cell.source.split('if "google.colab" in sys.modules:\n', 1)[1]
+    assert all(line.startswith("    ") for line in body.splitlines()), "everything but imports runs on Colab only"
+
+
+def test_repository_setting_rejects_a_placeholder(tmp_path: Path) -> None:
+    config = tmp_path / "_config.yml"
+    config.write_text("repository:\n  url: <your fork>\n")
+    with pytest.raises(ValueError, match="https://github.com/<owner>/<name>"):
+        results.repository_setting(config)
+    config.write_text("repository:\n  url: https://github.com/someone/fork/\n  branch: dev\n"
+                      "launch_buttons:\n  colab_url: https://colab.research.google.com\n")
+    assert results.repository_setting(config) == ("https://github.com/someone/fork", "dev")
+    assert results.colab_launch_url("chapters/x.ipynb", config).endswith("/github/someone/fork/blob/dev/chapters/x.ipynb")
+    source = results.colab_cell_source(*results.repository_setting(config))
+    assert '= "https://github.com/someone/fork", "dev", "/content/fork"' in source
+
+
+# Modules a GPU machine without Jupyter lacks: importing any of them on the headless path fails.
+NOTEBOOK_ONLY = ("matplotlib", "seaborn", "ipywidgets", "IPython", "papermill", "nbformat")
+BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is blocked: the headless path must not import it")
+sys.meta_path.insert(0, Block())
+import runpy
+sys.argv = ["python -m dspark_lite.gpu"] + {argv!r}
+runpy.run_module("dspark_lite.gpu", run_name="__main__", alter_sys=True)
+"""
+
+
+def _headless(argv: list[str], tmp_path: Path, timeout: int,
+              blocked: tuple[str, ...] = NOTEBOOK_ONLY) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DSPARK_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    code = BLOCKER.format(blocked=blocked, argv=argv)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=tmp_path)
+
+
+def test_headless_help_without_notebook_modules(tmp_path: Path) -> None:
+    done = _headless(["--help"], tmp_path, 120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for flag in ("--mode", "random-weights", "--out", "--new-tokens", "--eval-folder", "--allow-fixture", "torchrun"):
+        assert flag in done.stdout, flag
+
+
+@pytest.mark.xfail(strict=True, reason="dspark_lite/evaluation.py (the engine's module) imports corpus, and with it "
+                   "`datasets`, at module level for the toy world's measure_acceptance; importing corpus/world there "
+                   "lazily makes this pass (then remove this mark)")
+def test_headless_path_does_not_import_datasets(tmp_path: Path) -> None:
+    done = _headless(["--help"], tmp_path, 120, NOTEBOOK_ONLY + ("datasets",))
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_headless_smoke_run_writes_the_whole_measurement(tmp_path: Path) -> None:
+    """`python -m dspark_lite.gpu --mode smoke` with the notebook modules blocked: one results file
+    with tau, Figure 2, STS, engine overheads per round, the race, SPS(B), the simulator, peak memory."""
+    out = tmp_path / "smoke.json"
+    done = _headless(["--mode", "smoke", "--out", str(out), "--prompts", "1", "--new-tokens", "24"], tmp_path, 600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    record = json.loads(out.read_text())
+    found = record["results"]
+    env = found["environment"]
+    assert env["mode"] == "smoke" and env["prompt_source"] == "fixture" and env["comparable_to_paper"] is False
+    assert env["new_tokens"] == 24 and "table1" not in found and "paper_table1" not in found
+    assert set(found["tau_not_table1"]) == {"dflash", "dspark"} and len(found["tau_not_table1"]["dspark"]) == 9
+    for key in ("conditional_acceptance", "ece_sts", "engine_overheads", "wall_clock_tokens_per_s", "step_curves",
+                "simulator_throughput", "peak_memory_gib", "headless"):
+        assert key in found, key
+    assert found["engine_overheads"]["dspark"]["verify ms/round"] > 0
+    assert found["peak_memory_gib"] is None  # a CPU run
