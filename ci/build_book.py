@@ -7,6 +7,11 @@ Stages a book source in OUT/_build/src (the config, the toc, the vendored JavaSc
 book's Sphinx fixes, the chapters' non-notebook assets and the executed notebooks from
 EXECUTED/chapters, papermill's injected-parameters cell hidden), then runs
 `jupyter-book build --all -W -n --keep-going`: every warning is an error, all reported at once.
+
+A chapter that failed or never ran (EXECUTED/status.json, written by ci/run_notebooks.py) is
+still rendered, from what executed (or from its source), under a banner at the top of its page
+that says what failed, where, and the command that reruns it: a failed chapter costs its own
+page, not the book.
 """
 from __future__ import annotations
 
@@ -37,7 +42,9 @@ def stage(executed: Path, out: Path, root: Path = REPO) -> Path:
         raise BuildError(f"vendored JavaScript missing ({', '.join(missing_vendor)} in _vendor/): "
                          "run `make vendor`")
     notebooks = toc_notebooks(root)
-    missing = [str(executed / nb) for nb in notebooks if not (executed / nb).is_file()]
+    status = _read_status(executed)
+    missing = [str(executed / nb) for nb in notebooks
+               if not (executed / nb).is_file() and Path(nb).stem not in status]
     if missing:
         raise BuildError("executed notebooks missing (run ci/run_notebooks.py first):\n  "
                          + "\n  ".join(missing))
@@ -54,17 +61,42 @@ def stage(executed: Path, out: Path, root: Path = REPO) -> Path:
         shutil.copytree(root / "chapters", src / "chapters", ignore=SKIP, dirs_exist_ok=True)
     for nb in notebooks:
         (src / nb).parent.mkdir(parents=True, exist_ok=True)
-        _hide_injected_parameters(executed / nb, src / nb)
+        entry = status.get(Path(nb).stem, {"status": "ok"})
+        ran = executed / nb if (executed / nb).is_file() else root / nb
+        _hide_injected_parameters(ran, src / nb, None if entry["status"] == "ok" else failure_banner(entry))
     return src
 
 
-def _hide_injected_parameters(src: Path, dst: Path) -> None:
-    """Copy an executed notebook, tagging papermill's injected-parameters cell `remove-cell`."""
+def _read_status(executed: Path) -> dict[str, dict]:
+    path = executed / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def failure_banner(entry: dict) -> str:
+    """The markdown that tops a chapter which failed or never ran in this build."""
+    if entry["status"] == "failed":
+        what = ("This chapter **failed** in this build; the outputs below are what ran before the failure, "
+                "and the cells after it have no output.")
+        error = entry.get("error", "").replace("`", "'")
+        detail = "\n".join(f"    {line}" for line in error.splitlines())
+    else:
+        what, detail = "This chapter **did not run** in this build (the build stopped before it); it has no outputs.", ""
+    return (f"```{{error}} Not executed in full\n{what}\n\n" + (f"{detail}\n\n" if detail else "")
+            + f"To run it alone: `{entry['rerun']}`, then render the book again with `make book` "
+            "or `python ci/build_book.py --executed _build/executed`.\n```")
+
+
+def _hide_injected_parameters(src: Path, dst: Path, banner: str | None = None) -> None:
+    """Copy an executed notebook, tagging papermill's injected-parameters cell `remove-cell`,
+    with `banner` (markdown) as its first cell when given."""
     nb = json.loads(src.read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
+    if banner is not None:
+        nb["cells"].insert(0, {"cell_type": "markdown", "id": "build-failure-banner", "metadata": {},
+                               "source": banner})
     dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -101,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"build_book: {e}", file=sys.stderr)
         return 1
     print(f"book: {html / 'index.html'}")
+    failed = [name for name, entry in _read_status(args.executed).items() if entry["status"] != "ok"]
+    if failed:
+        print(f"rendered with {len(failed)} chapter(s) marked as not executed in full: {', '.join(failed)}")
     return 0
 
 

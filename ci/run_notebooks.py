@@ -1,20 +1,32 @@
-"""Execute the book's notebooks with papermill, in `_toc.yml` order.
+"""Execute the book's notebooks, in `_toc.yml` order, and say how each one went.
 
     python ci/run_notebooks.py --profile full --out _build/executed --results _build/results
     python ci/run_notebooks.py --profile smoke --out /tmp/x --only 01_toy_world
 
-Each notebook gets `PROFILE` injected (DEVICE and SEED keep the notebook's defaults) and runs in a
-`python3` kernel whose working directory is the repository's `chapters/`, with the hub offline
-and `DSPARK_RESULTS` pointing at `--results`. A failing notebook is reported (cell, exception) and
-the run goes on with the others (QuantEcon's keep-going); the exit status is non-zero at the end.
-The partially executed notebook is kept in `--out` for inspection.
+Each notebook gets `PROFILE` injected after its `parameters` cell (papermill's parameterisation;
+DEVICE and SEED keep the notebook's defaults) and runs with nbclient in a `python3` kernel whose
+working directory is `chapters/`, with the hub offline and `DSPARK_RESULTS` pointing at
+`--results`. In that kernel, progress bars print as text lines (rate and ETA), which the
+executed notebook keeps and this runner echoes (`ci/kernel_setup.py`).
+
+No limit kills progress: a cell is stopped only when it has printed nothing for `--stall`
+seconds (default 900 full, 300 smoke); a training that is advancing prints every few seconds.
+Trainings checkpoint into the artifact cache, so a chapter that fails anyway leaves its
+progress for the next run. A failing notebook is reported (cell, exception), its partially
+executed copy is kept in `--out`, and the run goes on with the others (QuantEcon's
+keep-going); `OUT/status.json` records every chapter's outcome for `ci/build_book.py`,
+which renders failed chapters with a banner. The exit status is non-zero if any failed.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +37,9 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
 from ci.toc import REPO, toc_notebooks
 
 KERNEL = "python3"
-DEFAULT_TIMEOUT = {"full": 1800, "smoke": 300}
+DEFAULT_STALL = {"full": 900, "smoke": 300}
+STATUS = "status.json"
+KERNEL_SETUP = Path(__file__).resolve().parent / "kernel_setup.py"
 KERNEL_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -36,7 +50,7 @@ KERNEL_ENV = {
 
 
 class NotebookFailed(RuntimeError):
-    """A notebook raised, or ran past its time limit; the message says where and what."""
+    """A notebook raised, stalled or ran past its limit; the message says where and what."""
 
 
 @contextlib.contextmanager
@@ -67,54 +81,118 @@ def _where(src: Path, source: str) -> str:
     return "a cell"
 
 
-def run_notebook(src: Path, dst: Path, profile: str, results_dir: Path, timeout: int) -> float:
+def last_progress_line(text: str) -> str:
+    """The newest non-blank line of stream text, where tqdm redraws with carriage returns."""
+    lines = [line.strip() for line in re.split(r"[\r\n]", text) if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _watched_client(nb, name: str, stall: float, echo_every: float, **kwargs):
+    """An nbclient NotebookClient that notes when the kernel last printed anything (progress),
+    echoes the newest progress line every `echo_every` seconds, and interrupts a cell that has
+    been silent for `stall` seconds (then kills the kernel if the interrupt does not stop it)."""
+    from nbclient import NotebookClient
+
+    class WatchedClient(NotebookClient):
+        def output(self, outs, msg, display_id, cell_index):
+            now = time.monotonic()
+            self.last_output = now
+            if msg["msg_type"] == "stream":
+                line = last_progress_line(msg["content"].get("text", ""))
+                if line and now - self.last_echo >= echo_every:
+                    self.last_echo = now
+                    elapsed = now - self.started
+                    print(f"    [{name}] cell {cell_index + 1}/{len(self.nb.cells)}, {elapsed / 60:.1f} min in: "
+                          f"{line[:150]}", flush=True)
+            return super().output(outs, msg, display_id, cell_index)
+
+    client = WatchedClient(nb, **kwargs)
+    client.started = client.last_output = time.monotonic()
+    client.last_echo, client.stalled_in = 0.0, None
+
+    def cell_started(cell, cell_index):
+        client.last_output, client.cell_index = time.monotonic(), cell_index
+
+    client.on_cell_start = cell_started
+
+    def watch(stop: threading.Event) -> None:
+        interrupted = False
+        while not stop.wait(1.0):
+            silent = time.monotonic() - client.last_output
+            process = getattr(getattr(client.km, "provisioner", None), "process", None)
+            if silent > stall and process is not None:
+                if not interrupted:  # KeyboardInterrupt in the cell, as Jupyter's stop button
+                    client.stalled_in, interrupted = silent, True
+                    process.send_signal(signal.SIGINT)
+                elif silent > stall + 60:
+                    process.kill()
+                    return
+            elif silent <= stall:
+                interrupted = False
+
+    return client, watch
+
+
+def run_notebook(src: Path, dst: Path, profile: str, results_dir: Path, timeout: int | None = None,
+                 stall: float | None = None, echo_every: float = 30.0) -> float:
     """Execute `src` into `dst` with `PROFILE=profile`; return the wall time in seconds.
 
-    `timeout` bounds the whole notebook (each cell gets what is left). Raises `NotebookFailed`
-    with the notebook name, cell number and exception when a cell raises or time runs out.
+    A cell is stopped when it prints nothing for `stall` seconds (default: `DEFAULT_STALL`);
+    `timeout`, if given, also bounds each cell's run time. Raises `NotebookFailed` with the
+    notebook name, cell and exception; the partially executed notebook is written to `dst`.
     """
-    import papermill as pm
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    import nbformat
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
 
-    if profile not in DEFAULT_TIMEOUT:
-        raise ValueError(f"profile must be one of {sorted(DEFAULT_TIMEOUT)}, got {profile!r}")
+    if profile not in DEFAULT_STALL:
+        raise ValueError(f"profile must be one of {sorted(DEFAULT_STALL)}, got {profile!r}")
     src = Path(src).resolve()
     if not src.is_file():
         raise FileNotFoundError(f"notebook not found: {src}")
+    stall = DEFAULT_STALL[profile] if stall is None else stall
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout
+    nb = parameterize_notebook(load_notebook_node(str(src)), {"PROFILE": profile}, kernel_name=KERNEL,
+                               language="python")
+    client, watch = _watched_client(
+        nb, src.stem, stall, echo_every, kernel_name=KERNEL, timeout=timeout, coalesce_streams=True,
+        resources={"metadata": {"path": str(REPO / "chapters")}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR",  # not the TCP-encryption warning
+                         f"--IPKernelApp.exec_files={KERNEL_SETUP}"])
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(stop,), daemon=True)
     start = time.perf_counter()
     try:
         with _kernel_env(results_dir):
-            pm.execute_notebook(
-                str(src),
-                str(dst),
-                parameters={"PROFILE": profile},
-                kernel_name=KERNEL,
-                language="python",
-                cwd=str(REPO / "chapters"),
-                progress_bar=False,
-                extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not the TCP-encryption warning
-                # per-cell limit = what is left of the notebook's budget
-                timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
-            )
-    except pm.PapermillExecutionError as e:
-        first = (e.source or "").strip().splitlines()[:1]
-        raise NotebookFailed(
-            f"{src.name}: {_where(src, e.source)} (In [{e.exec_count}]) raised {e.ename}: {e.evalue}"
-            + (f"\n    first line of the cell: {first[0]}" if first else "")
-        ) from None
-    except CellTimeoutError as e:  # its message ends with a preview of the cell
-        parts = str(e).split("-------------------")
-        preview = parts[1].strip().splitlines()[:1] if len(parts) >= 3 else []
-        raise NotebookFailed(f"{src.name}: ran past its {timeout} s limit (--timeout)"
-                             + (f" in the cell starting: {preview[0]}" if preview else "")) from None
+            watcher.start()
+            client.execute()
+    except CellExecutionError as e:
+        cell = nb.cells[getattr(client, "cell_index", 0)]
+        first = cell.source.strip().splitlines()[:1]
+        if client.stalled_in is not None:
+            raise NotebookFailed(f"{src.name}: {_where(src, cell.source)} printed nothing for {stall:.0f} s "
+                                 "(--stall) and was interrupted" + _first_line(first)) from None
+        raise NotebookFailed(f"{src.name}: {_where(src, cell.source)} (In [{cell.get('execution_count')}]) raised "
+                             f"{e.ename}: {e.evalue}" + _first_line(first)) from None
+    except CellTimeoutError:
+        cell = nb.cells[getattr(client, "cell_index", 0)]
+        raise NotebookFailed(f"{src.name}: {_where(src, cell.source)} ran past its {timeout} s limit (--timeout)"
+                             + _first_line(cell.source.strip().splitlines()[:1])) from None
     except DeadKernelError as e:
-        raise NotebookFailed(f"{src.name}: the kernel died ({e}); out of memory?") from None
+        why = f"printed nothing for {stall:.0f} s and ignored the interrupt" if client.stalled_in else "out of memory?"
+        raise NotebookFailed(f"{src.name}: the kernel died ({e}); {why}") from None
+    finally:
+        stop.set()
+        nbformat.write(nb, dst)  # what executed, even after a failure
     return time.perf_counter() - start
+
+
+def _first_line(first: list[str]) -> str:
+    return f"\n    first line of the cell: {first[0]}" if first else ""
 
 
 def _select(only: list[str] | None) -> list[Path]:
@@ -130,41 +208,71 @@ def _select(only: list[str] | None) -> list[Path]:
     return [nb for nb in notebooks if nb.stem in wanted]
 
 
+def read_status(out: Path) -> dict[str, dict]:
+    """OUT/status.json: {notebook stem: {"status": "ok" | "failed", "seconds", "error", "rerun"}}."""
+    path = Path(out) / STATUS
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_status(out: Path, status: dict[str, dict]) -> None:
+    path = Path(out) / STATUS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(status, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.1f} s"
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: execute the selected notebooks, print a wall-time table, exit 1 if any failed."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", choices=sorted(DEFAULT_TIMEOUT), default="full")
+    ap.add_argument("--profile", choices=sorted(DEFAULT_STALL), default="full")
     ap.add_argument("--out", type=Path, required=True, help="executed notebooks go to OUT/chapters/")
     ap.add_argument("--results", type=Path, default=REPO / "_build" / "results",
                     help="DSPARK_RESULTS for the kernel")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks")
-    ap.add_argument("--timeout", type=int, help="seconds per notebook (default 1800 full, 300 smoke)")
+    ap.add_argument("--stall", type=float, help="seconds a cell may print nothing (default 900 full, 300 smoke)")
+    ap.add_argument("--timeout", type=int, help="seconds a cell may run at all (default: no limit)")
     args = ap.parse_args(argv)
-    timeout = args.timeout or DEFAULT_TIMEOUT[args.profile]
+    selected = _select(args.only)
+    status = read_status(args.out) if args.only else {}
+    if not args.only:  # a whole build: no stale chapter from an earlier one
+        (args.out / STATUS).unlink(missing_ok=True)
+    for rel in selected:
+        (args.out / "chapters" / rel.name).unlink(missing_ok=True)
+        status[rel.stem] = {"status": "not run",
+                            "rerun": f"python ci/run_notebooks.py --profile {args.profile} --out {args.out} "
+                                     f"--only {rel.stem}"}
+    _write_status(args.out, status)
 
-    times: dict[str, float | None] = {}
-    failures: list[str] = []
-    for rel in _select(args.only):
-        print(f"--- {rel.stem} ({args.profile})", flush=True)
+    build_start = time.perf_counter()
+    for i, rel in enumerate(selected):
+        print(f"--- [{i + 1}/{len(selected)}] {rel.stem} ({args.profile}), "
+              f"{_fmt(time.perf_counter() - build_start)} into the build", flush=True)
         start = time.perf_counter()
         try:
-            times[rel.stem] = run_notebook(REPO / rel, args.out / "chapters" / rel.name,
-                                           args.profile, args.results, timeout)
-            print(f"    ok in {times[rel.stem]:.1f} s", flush=True)
+            seconds = run_notebook(REPO / rel, args.out / "chapters" / rel.name, args.profile, args.results,
+                                   args.timeout, args.stall)
+            status[rel.stem].update(status="ok", seconds=seconds)
+            print(f"    ok in {_fmt(seconds)}", flush=True)
         except NotebookFailed as e:
-            times[rel.stem] = None
-            failures.append(str(e))
-            print(f"    FAILED after {time.perf_counter() - start:.1f} s: {e}", flush=True)
+            status[rel.stem].update(status="failed", seconds=time.perf_counter() - start, error=str(e))
+            print(f"    FAILED after {_fmt(time.perf_counter() - start)}: {e}", flush=True)
+        _write_status(args.out, status)
 
     print("\nnotebook                          wall time")
-    for name, t in times.items():
-        print(f"  {name:<32}{'FAILED' if t is None else f'{t:8.1f} s'}")
-    print(f"  {'total':<32}{sum(t or 0 for t in times.values()):8.1f} s")
+    for rel in selected:
+        entry = status[rel.stem]
+        print(f"  {rel.stem:<32}{_fmt(entry['seconds']):>10}" + ("" if entry["status"] == "ok" else "  FAILED"))
+    print(f"  {'total':<32}{_fmt(time.perf_counter() - build_start):>10}")
+    failures = [rel.stem for rel in selected if status[rel.stem]["status"] != "ok"]
     if failures:
-        print(f"\n{len(failures)} notebook(s) failed (partial outputs in {args.out / 'chapters'}):",
-              file=sys.stderr)
-        for f in failures:
-            print("  " + f, file=sys.stderr)
+        print(f"\n{len(failures)} notebook(s) failed (partial outputs in {args.out / 'chapters'}):", file=sys.stderr)
+        for name in failures:
+            print(f"  {status[name]['error']}\n    rerun: {status[name]['rerun']}", file=sys.stderr)
         return 1
     return 0
 

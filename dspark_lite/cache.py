@@ -5,12 +5,17 @@ of the config that built them and of the source code of the modules that built t
 change of either builds afresh. The folder is ``$DSPARK_CACHE`` or, inside a checkout of
 the book, ``<repo>/.cache/dspark`` (git-ignored); elsewhere ``~/.cache/dspark_lite``.
 
-A folder is written under a temporary name and renamed only when complete, with a
-MANIFEST.json of sha256 sums. A folder that fails its manifest, or fails to load, is
-reported with its path and the reason, then rebuilt: never half-loaded.
+A folder is built in a work folder beside it (``.partial-<name>``) and renamed only when
+complete, with a MANIFEST.json of sha256 sums. A build that is interrupted leaves its work
+folder, and the training checkpoint in it (`resume`), for the next run to resume from.
+One process builds an artifact at a time (a lock file); another that asks for it waits, then
+loads it. A folder that fails its manifest, or fails to load, is reported with its path and
+the reason, then rebuilt: never half-loaded.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import inspect
 import json
@@ -19,9 +24,9 @@ import shutil
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from . import __version__
+from . import __version__, resume
 
 T = TypeVar("T")
 MANIFEST = "MANIFEST.json"
@@ -103,6 +108,25 @@ def contains(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (),
     return True
 
 
+def work_folder(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (), root: Path | None = None) -> Path:
+    """The stable folder where the artifact (kind, config) is built: an interrupted build leaves its
+    training checkpoint there, and the next build of the same artifact resumes from it."""
+    folder = artifact_folder(kind, config, code, root)
+    return folder.parent / f".partial-{folder.name}"
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock named after `folder` (one builder per artifact across processes)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def load_or_build(
     kind: str,
     config: dict[str, Any],
@@ -113,25 +137,24 @@ def load_or_build(
 ) -> T:
     """Load the artifact for (kind, config) from the cache, building it first if needed.
 
-    `build(folder)` writes the artifact's files into an empty folder; `load(folder)` reads
-    them back. A corrupt cached folder is reported (warning with path and reason) and rebuilt.
+    `build(folder)` writes the artifact's files into its work folder (`work_folder`; a training
+    checkpoints there and resumes from what an interrupted build left); `load(folder)` reads them
+    back. A corrupt cached folder is reported (warning with path and reason) and rebuilt.
     """
+    code = list(code)
     folder = artifact_folder(kind, config, code, root)
-    root = folder.parent
-    if folder.exists():
-        try:
-            verify_manifest(folder)
-            return load(folder)
-        except Exception as exc:  # corrupt or unloadable: report, then rebuild
-            warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); rebuilding it", stacklevel=2)
-            shutil.rmtree(folder)
-    tmp = root / f".tmp-{folder.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        build(tmp)
-        write_manifest(tmp, config)
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with exclusive(folder):
+        if folder.exists():
+            try:
+                verify_manifest(folder)
+                return load(folder)
+            except Exception as exc:  # corrupt or unloadable: report, then rebuild
+                warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); rebuilding it", stacklevel=2)
+                shutil.rmtree(folder)
+        work = work_folder(kind, config, code, root)
+        work.mkdir(parents=True, exist_ok=True)
+        build(work)
+        (work / resume.FILE).unlink(missing_ok=True)
+        write_manifest(work, config)
+        os.replace(work, folder)
     return load(folder)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM, get_cosine_schedule_with_warmup
 
+from .resume import Checkpointer, restore_rng, rng_state
 from .profiles import TargetConfig
 
 
@@ -98,25 +99,36 @@ def evaluate_loss(model: Qwen3ForCausalLM, rows: torch.Tensor, batch_size: int) 
 
 def train_causal_lm(
     model: Qwen3ForCausalLM, train_rows: torch.Tensor, val_rows: torch.Tensor, cfg: TargetConfig,
-    seed: int = 0, eval_every: int = 50, desc: str = "train target",
+    seed: int = 0, eval_every: int = 50, desc: str = "train target", checkpoint: Checkpointer | None = None,
 ) -> TrainHistory:
     """AdamW with a cosine schedule over packed rows; returns the loss curves (chapter 01).
 
     Validation loss is measured every `eval_every` steps on the first 64 validation rows.
+    With a `checkpoint`, the whole state is saved every few minutes and a run that finds a
+    saved state resumes from it, ending exactly where an uninterrupted run would.
     """
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), fused=True)
     sched = get_cosine_schedule_with_warmup(opt, cfg.warmup_steps, cfg.steps)
     history = TrainHistory()
-    start = time.perf_counter()
-    model.train()
     order = torch.randperm(len(train_rows), generator=generator)
-    cursor = 0
-    bar = tqdm(range(1, cfg.steps + 1), desc=desc)
+    cursor, done = 0, 0
+    checkpoint = checkpoint or Checkpointer(None)
+    saved = checkpoint.load()
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["schedule"])
+        restore_rng(generator, saved["rng"])
+        order, cursor, done, history = saved["order"], saved["cursor"], saved["step"], TrainHistory(**saved["history"])
+        print(f"{desc}: resuming from the checkpoint at step {done} of {cfg.steps} ({checkpoint.path})")
+    start = time.perf_counter() - history.seconds
+    model.train()
+    bar = tqdm(range(done + 1, cfg.steps + 1), desc=desc, initial=done, total=cfg.steps)
     for step in bar:
         if cursor + cfg.batch_size > len(order):
             order, cursor = torch.randperm(len(train_rows), generator=generator), 0
@@ -131,6 +143,11 @@ def train_causal_lm(
             history.val_steps.append(step)
             history.val_loss.append(evaluate_loss(model, val_rows[:64], cfg.batch_size))
             bar.set_postfix(train=f"{loss.item():.3f}", val=f"{history.val_loss[-1]:.3f}")
+        history.seconds = time.perf_counter() - start
+        checkpoint.maybe_save(lambda: {
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "schedule": sched.state_dict(),
+            "rng": rng_state(generator), "order": order, "cursor": cursor, "step": step,
+            "history": asdict(history)}, last_step=step == cfg.steps)
     model.eval()
     history.seconds = time.perf_counter() - start
     check_finite(desc, history.train_loss[-1])

@@ -19,7 +19,7 @@ Any drafter with `train_logits(AnchorBatch) -> BlockOutput | Tensor`, a `block_s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
@@ -30,6 +30,8 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
 from .drafters import AnchorBatch, BlockOutput
+from .kvcache import cache_kwarg
+from .resume import Checkpointer, restore_rng, rng_state
 from .speculative import sample_token, select_target_hidden
 from .target import check_finite, fast_autocast, optimizer_step
 
@@ -128,8 +130,8 @@ def sample_replies(
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     replies, step_ids = [], ids
     for _ in range(max_new_tokens):
-        logits = target(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache,
-                        use_cache=True).logits[:, -1]
+        logits = target(input_ids=step_ids, attention_mask=mask, position_ids=positions, **cache_kwarg(cache),
+                        use_cache=True, logits_to_keep=1).logits[:, -1]
         token = sample_token(logits.float(), temperature, generator)
         token = torch.where(finished, torch.full_like(token, pad_token_id), token)
         replies.append(token)
@@ -399,25 +401,41 @@ def check_target_is_separate(drafter: nn.Module, target: PreTrainedModel) -> Non
         raise ValueError(f"drafter parameters {shared} belong to the target; the target must stay frozen")
 
 
-def _batches(n_sequences: int, batch_size: int, generator: torch.Generator):
-    """Endless shuffled epochs of sequence indices."""
-    while True:
-        order = torch.randperm(n_sequences, generator=generator).tolist()
-        for start in range(0, n_sequences - batch_size + 1, batch_size):
-            yield order[start:start + batch_size]
-        if n_sequences < batch_size:
-            yield order
+class EpochBatches:
+    """Endless shuffled epochs of sequence indices (a reshuffle per epoch from `generator`), with
+    its position as state, so a resumed training draws the same batches."""
+
+    def __init__(self, n_sequences: int, batch_size: int, generator: torch.Generator) -> None:
+        self.n_sequences, self.batch_size, self.generator = n_sequences, batch_size, generator
+        self.order: list[int] = []
+        self.position = 0
+
+    def __next__(self) -> list[int]:
+        if self.n_sequences < self.batch_size:  # fewer sequences than a batch: every one, every step
+            return torch.randperm(self.n_sequences, generator=self.generator).tolist()
+        if self.position + self.batch_size > len(self.order):
+            self.order, self.position = torch.randperm(self.n_sequences, generator=self.generator).tolist(), 0
+        self.position += self.batch_size
+        return self.order[self.position - self.batch_size:self.position]
+
+    def state_dict(self) -> dict:
+        return {"order": self.order, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order, self.position = list(state["order"]), int(state["position"])
 
 
 def train_drafter(drafter: TrainableDrafter, target: PreTrainedModel, sequences: TrainingSequences,
-                  cfg: DrafterTrainConfig, seed: int = 0, desc: str = "train drafter") -> DrafterTrainHistory:
+                  cfg: DrafterTrainConfig, seed: int = 0, desc: str = "train drafter",
+                  checkpoint: Checkpointer | None = None) -> DrafterTrainHistory:
     """Train `drafter` against the frozen `target` on `sequences` (chapter 03).
 
     AdamW (betas 0.9/0.95) with linear warmup and cosine decay, gradient clipping, a tqdm
     bar showing the loss, DeepSpec's accept_rate@k (prefix survival, from 1 - TV) at k = 1
-    and k = gamma, and the expected tokens per round. Returns the curves.
+    and k = gamma, and the expected tokens per round. Returns the curves. With a `checkpoint`,
+    an interrupted run resumes where it stopped (see `train_drafters`).
     """
-    return train_drafters({desc: drafter}, target, sequences, cfg, seed, desc)[desc]
+    return train_drafters({desc: drafter}, target, sequences, cfg, seed, desc, checkpoint)[desc]
 
 
 @dataclass
@@ -457,7 +475,8 @@ def _progress(runs: Mapping[str, _Run], loss: float) -> dict[str, str]:
 
 
 def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedModel, sequences: TrainingSequences,
-                   cfg: DrafterTrainConfig, seed: int = 0, desc: str = "train drafters") -> dict[str, DrafterTrainHistory]:
+                   cfg: DrafterTrainConfig, seed: int = 0, desc: str = "train drafters",
+                   checkpoint: Checkpointer | None = None) -> dict[str, DrafterTrainHistory]:
     """Train several drafters side by side (chapter 04), each as `train_drafter` would alone.
 
     Every step draws one batch and one set of anchors and runs the frozen target on them once;
@@ -465,6 +484,8 @@ def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedM
     same seed, a drafter's run is step for step the one it gets alone; only the target's
     forward, about a fifth of a step, is shared. A history's `seconds` are the drafter's own
     steps plus an equal share of the target's forwards, so they add up to the loop's time.
+    With a `checkpoint`, every drafter's state and the shared batch order are saved every few
+    minutes; a run that finds them resumes and ends exactly as an uninterrupted run.
     """
     if not drafters:
         raise ValueError("train_drafters needs at least one drafter")
@@ -474,9 +495,11 @@ def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedM
     generator = torch.Generator().manual_seed(seed)
     runs = {name: _start_run(drafter, cfg) for name, drafter in drafters.items()}
     target.eval()
-    batches = _batches(len(sequences), cfg.sequences_per_batch, generator)
-    bar = tqdm(range(cfg.steps), desc=desc)
-    for _ in bar:
+    batches = EpochBatches(len(sequences), cfg.sequences_per_batch, generator)
+    checkpoint = checkpoint or Checkpointer(None)
+    done = _resume(checkpoint, runs, batches, generator, desc)
+    bar = tqdm(range(done, cfg.steps), desc=desc, initial=done, total=cfg.steps)
+    for step in bar:
         start = time.perf_counter()
         batch = target_batch(target, sequences, next(batches), cfg, generator, layer_ids)
         shared = (time.perf_counter() - start) / len(runs)
@@ -487,10 +510,40 @@ def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedM
             run.history.record(loss.item(), parts)
             run.history.seconds += time.perf_counter() - start + shared
         bar.set_postfix(_progress(runs, loss.item()))
+        checkpoint.maybe_save(lambda: _training_state(runs, batches, generator, step + 1),
+                              last_step=step + 1 == cfg.steps)
     for name, run in runs.items():
         run.drafter.eval()
         check_finite(name, run.history.loss[-1])
     return {name: run.history for name, run in runs.items()}
+
+
+def _training_state(runs: Mapping[str, _Run], batches: EpochBatches, generator: torch.Generator, step: int) -> dict:
+    """Everything `train_drafters` needs to continue after `step` steps."""
+    return {"step": step, "rng": rng_state(generator), "batches": batches.state_dict(),
+            "runs": {name: {"drafter": run.drafter.state_dict(), "optimizer": run.optimizer.state_dict(),
+                            "schedule": run.schedule.state_dict(), "history": asdict(run.history)}
+                     for name, run in runs.items()}}
+
+
+def _resume(checkpoint: Checkpointer, runs: Mapping[str, _Run], batches: EpochBatches, generator: torch.Generator,
+            desc: str) -> int:
+    """Restore a saved `_training_state` into the runs (if there is one); return the steps done."""
+    saved = checkpoint.load()
+    if saved is None:
+        return 0
+    if set(saved["runs"]) != set(runs):
+        raise ValueError(f"{checkpoint.path} holds drafters {sorted(saved['runs'])}, not {sorted(runs)}; delete it")
+    for name, run in runs.items():
+        state = saved["runs"][name]
+        run.drafter.load_state_dict(state["drafter"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.schedule.load_state_dict(state["schedule"])
+        run.history = DrafterTrainHistory(**state["history"])
+    batches.load_state_dict(saved["batches"])
+    restore_rng(generator, saved["rng"])
+    print(f"{desc}: resuming from the checkpoint at step {saved['step']} ({checkpoint.path})")
+    return int(saved["step"])
 
 
 @torch.no_grad()

@@ -14,6 +14,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from . import cache, corpus, target, tokenizer
+from .resume import Checkpointer
 from .profiles import Profile, TargetConfig, get_profile
 from .target import TrainHistory
 
@@ -82,7 +83,8 @@ def _train_lm(folder: Path, cfg: TargetConfig, seed: int, corpus_dir: Path, tok:
               desc: str) -> None:
     encode = lambda split: target.pack([tok(t)["input_ids"] for t in conversations(corpus_dir, split)], cfg.seq_len)
     model = target.build_target(cfg, tok, seed=seed)
-    history = target.train_causal_lm(model, encode("train"), encode("validation"), cfg, seed=seed, desc=desc)
+    history = target.train_causal_lm(model, encode("train"), encode("validation"), cfg, seed=seed, desc=desc,
+                                     checkpoint=Checkpointer(folder))
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
     (folder / "history.json").write_text(json.dumps(asdict(history)))

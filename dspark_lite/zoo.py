@@ -9,6 +9,7 @@ stay the target's) with its training curves.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from . import cache, drafters, dspark, evaluation, serving, speculative, training
+from .resume import Checkpointer
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
 from .training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
@@ -129,16 +131,21 @@ def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: Drafte
     trained: dict[str, tuple[nn.Module, DrafterTrainHistory]] = {}
     for steps in sorted({training_steps(kind, recipe) for kind in missing}):
         group = {kind: BUILDERS[kind](world, recipe, seed) for kind in missing if training_steps(kind, recipe) == steps}
-        histories = training.train_drafters(group, world.target, training_replies(world, recipe),
-                                            train_config(recipe, steps=steps), seed, desc=f"train {' + '.join(group)}")
+        work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[k]).name for k in group)})
+        with cache.exclusive(work):
+            histories = training.train_drafters(group, world.target, training_replies(world, recipe),
+                                                train_config(recipe, steps=steps), seed,
+                                                desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
         trained.update({kind: (drafter, histories[kind]) for kind, drafter in group.items()})
+        for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
+            name, config, code = entries[kind]
+            cache.load_or_build(name, config, lambda folder, kind=kind: _save(*trained[kind], folder), lambda f: f, code)
+        shutil.rmtree(work, ignore_errors=True)
 
     def build(kind: str) -> Callable[[Path], None]:
-        def write(folder: Path) -> None:  # trained above; a cached copy that failed to load retrains here
-            if kind not in trained:
-                drafter = BUILDERS[kind](world, recipe, seed)
-                trained[kind] = drafter, _train(world, kind, drafter, recipe, training_steps(kind, recipe), seed)
-            _save(*trained[kind], folder)
+        def write(folder: Path) -> None:  # a cached copy that failed to load retrains here
+            drafter = BUILDERS[kind](world, recipe, seed)
+            _save(drafter, _train(world, kind, drafter, recipe, training_steps(kind, recipe), seed, folder), folder)
         return write
 
     return {kind: cache.load_or_build(name, config, build(kind), _loader(world, kind, recipe, seed), code=code)
@@ -168,7 +175,7 @@ def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflas
         base, _ = load_or_train_drafter(world, base_kind, recipe, seed)
         drafter = BUILDERS[kind](world, recipe, seed)
         _start_from(drafter, base)
-        _save(drafter, _train(world, kind, drafter, recipe, recipe.finetune_steps, seed), folder)
+        _save(drafter, _train(world, kind, drafter, recipe, recipe.finetune_steps, seed, folder), folder)
 
     return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed),
                                code=_code_of(kind))
@@ -196,10 +203,11 @@ def _code_of(kind: str) -> list:
 
 
 def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
-           seed: int) -> DrafterTrainHistory:
+           seed: int, folder: Path) -> DrafterTrainHistory:
+    """Train `drafter` alone, checkpointing into the artifact's work `folder`."""
     cfg = train_config(recipe, steps=steps)
     return training.train_drafter(drafter, world.target, training_replies(world, recipe), cfg, seed=seed,
-                                  desc=f"train {kind}")
+                                  desc=f"train {kind}", checkpoint=Checkpointer(folder))
 
 
 def _save(drafter: nn.Module, history: DrafterTrainHistory, folder: Path) -> None:

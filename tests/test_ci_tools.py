@@ -204,3 +204,33 @@ def test_failing_notebook_names_the_cell_and_exception(tmp_path: Path) -> None:
         run_notebook(src, tmp_path / "out" / "bad.ipynb", "smoke", tmp_path / "results", timeout=120)
     assert "bad.ipynb: cell 3" in str(e.value) and "ValueError: boom in smoke" in str(e.value)
     assert (tmp_path / "out" / "bad.ipynb").is_file()  # partial output kept for inspection
+
+
+def test_a_silent_cell_is_stopped_but_a_cell_that_progresses_is_not(tmp_path: Path) -> None:
+    src = notebook(tmp_path / "slow.ipynb")
+    nb = nbformat.read(src, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(  # prints every 0.5 s for 6 s: twice the stall limit
+        "import time\nfrom tqdm.auto import tqdm\nfor _ in tqdm(range(12), mininterval=0):\n    time.sleep(0.5)"))
+    nbformat.write(nb, src)
+    run_notebook(src, tmp_path / "out" / "slow.ipynb", "smoke", tmp_path / "results", stall=3)
+    text = "".join(o.get("text", "") for o in nbformat.read(tmp_path / "out" / "slow.ipynb", 4).cells[-1].outputs)
+    assert "12/12" in text and "it/s" in text, "the executed notebook keeps the bar's last line, with its rate"
+
+    nb.cells.append(nbformat.v4.new_code_cell("time.sleep(60)"))
+    nbformat.write(nb, src)
+    with pytest.raises(NotebookFailed, match=r"cell 4 \(id .*\) printed nothing for 3 s \(--stall\)"):
+        run_notebook(src, tmp_path / "out" / "slow.ipynb", "smoke", tmp_path / "results", stall=3)
+
+
+def test_a_failed_chapter_is_rendered_under_a_banner(tmp_path: Path) -> None:
+    from ci.build_book import _hide_injected_parameters, failure_banner
+
+    src = notebook(tmp_path / "bad.ipynb")
+    entry = {"status": "failed", "error": "bad.ipynb: cell 3 (id x) raised ValueError: `boom`",
+             "rerun": "python ci/run_notebooks.py --profile full --out _build/executed --only bad"}
+    _hide_injected_parameters(src, tmp_path / "staged.ipynb", failure_banner(entry))
+    first = nbformat.read(tmp_path / "staged.ipynb", 4).cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("```{error}")
+    assert "ValueError: 'boom'" in first.source and "--only bad" in first.source
+    never = failure_banner({"status": "not run", "rerun": "python ci/run_notebooks.py --only later"})
+    assert "did not run" in never and "--only later" in never

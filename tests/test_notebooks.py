@@ -17,7 +17,7 @@ import pytest
 from ci.browser_check import ChromiumNotFound, check_site, toc_pages
 from ci.build_book import BuildError, build_book
 from ci.check_notebooks import check_book
-from ci.run_notebooks import DEFAULT_TIMEOUT, NotebookFailed, run_notebook
+from ci.run_notebooks import NotebookFailed, run_notebook
 from ci.toc import REPO, toc_notebooks
 
 SMOKE = REPO / "_build" / "smoke"
@@ -37,8 +37,7 @@ def test_notebook_hygiene() -> None:
 def test_notebook_smoke(nb: Path) -> None:
     """The chapter runs top to bottom with PROFILE="smoke" (its asserts are the test)."""
     try:
-        seconds = run_notebook(REPO / nb, EXECUTED / nb, "smoke", SMOKE / "results",
-                               DEFAULT_TIMEOUT["smoke"])
+        seconds = run_notebook(REPO / nb, EXECUTED / nb, "smoke", SMOKE / "results")
     except NotebookFailed as e:
         FAILED.append(nb.stem)
         pytest.fail(str(e), pytrace=False)
