@@ -41,7 +41,15 @@ book: venv vendor
 	$(PY) ci/build_book.py --executed _build/executed --out . || status=1; \
 	exit $$status
 
-test: venv vendor chromium
+# transformers 5.10.2 (DeepSpec's pin) with the dependency versions it needs, overlaid on the venv by
+# tests/test_transformers_range.py: the engine is tested at both ends of pyproject.toml's range.
+TF_OLD := .venv-tf510
+$(TF_OLD)/.installed: tests/requirements-transformers-5.10.txt $(STAMP)
+	rm -rf $(TF_OLD)
+	$(PY) -m pip install -q --no-deps --target $(TF_OLD) -r tests/requirements-transformers-5.10.txt
+	touch $@
+
+test: venv vendor chromium $(TF_OLD)/.installed
 	$(PY) -m pytest tests --durations=12
 
 clean:

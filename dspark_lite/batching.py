@@ -47,6 +47,7 @@ from .costs import (
     _check_positions, _check_positive_int, _median_seconds, _model_device, _sync, concurrency_batch_sizes, curve_at,
     device_meta, spread_tokens,
 )
+from .kvcache import cache_kwarg, new_cache, remove_tokens
 from .scheduler import Scheduler, StepCurve
 from .serving import BlockRecords, _checked_lengths, resolve_scheduler
 from .speculative import Draft, verify_block
@@ -113,14 +114,14 @@ def batched_verify_logits(target: PreTrainedModel, contexts: Sequence[Tensor],
     for the cache a server already holds. The blocks are right-padded; see the module doc."""
     _check_batch(target, contexts, drafts)
     device = _model_device(target)
-    cache = DynamicCache(config=target.config)
+    cache = new_cache(target)
     prefix_ids, prefix_mask, prefix_positions = _padded_prefixes(contexts, device)
     if prefix_ids.shape[1]:
-        target(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=prefix_positions, cache=cache,
-               use_cache=True)
+        target(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=prefix_positions, **cache_kwarg(cache),
+               use_cache=True, logits_to_keep=1)
     ids, mask, positions = _padded_blocks(contexts, drafts, device)
     logits = target(input_ids=ids, attention_mask=torch.cat([prefix_mask, mask], dim=1), position_ids=positions,
-                    cache=cache, use_cache=True).logits
+                    **cache_kwarg(cache), use_cache=True).logits
     return [logits[r, :1 + d.gamma] for r, d in enumerate(drafts)]
 
 
@@ -254,11 +255,12 @@ class PackedBatch:
             raise ValueError("prefixes must be a non-empty list of 1-D id tensors (one per request)")
         lens = [int(p.numel()) for p in prefixes]
         _check_positions(model, max(lens))
-        cache, device = DynamicCache(config=model.config), _model_device(model)
+        cache, device = new_cache(model), _model_device(model)
         if sum(lens):
             positions = torch.cat([torch.arange(n) for n in lens])[None].to(device)
             model(input_ids=torch.cat([p.cpu() for p in prefixes])[None].to(device), position_ids=positions,
-                  cache=cache, use_cache=True, packed_layout=pack_layout(lens, [0] * len(lens), device))
+                  **cache_kwarg(cache), use_cache=True, logits_to_keep=1,
+                  packed_layout=pack_layout(lens, [0] * len(lens), device))
         return cls(model, cache, lens)
 
     def layout(self, q_lens: Sequence[int]) -> PackedLayout:
@@ -278,8 +280,8 @@ class PackedBatch:
         device = _model_device(self.model)
         positions = torch.cat([torch.arange(n, n + m) for n, m in zip(self.lens, q)])[None].to(device)
         logits = self.model(input_ids=torch.cat([b.cpu() for b in blocks])[None].to(device), position_ids=positions,
-                            cache=self.cache, use_cache=True, packed_layout=layout).logits[0]
-        self.cache.crop(-sum(q))  # transformers 5.x: a negative count removes tokens
+                            **cache_kwarg(self.cache), use_cache=True, packed_layout=layout).logits[0]
+        remove_tokens(self.cache, sum(q))
         return list(logits.split(q))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
@@ -16,20 +16,21 @@ from .speculative import autoregressive_generate, speculative_generate
 Decoder = Callable[[torch.Tensor], torch.Tensor]
 
 
-def target_only(target: PreTrainedModel, max_new_tokens: int, temperature: float, eos: int | None,
+def target_only(target: PreTrainedModel, max_new_tokens: int, temperature: float, eos: int | Sequence[int] | None,
                 generator: torch.Generator) -> Decoder:
-    """Target-only decoding with the KV cache."""
+    """Target-only decoding with the KV cache (`eos`: one end id or several)."""
     return lambda ids: autoregressive_generate(target, ids, max_new_tokens, temperature, generator, eos)
 
 
 def ours(target: PreTrainedModel, drafter, max_new_tokens: int, gamma: int, temperature: float,
-         eos: int | None, generator: torch.Generator) -> Decoder:
-    """Our speculative engine with any Drafter."""
+         eos: int | Sequence[int] | None, generator: torch.Generator) -> Decoder:
+    """Our speculative engine with any Drafter, as a race runs it: no phase stopwatch, no
+    per-round draft validation (both off by default in `speculative_generate`)."""
     return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, gamma, temperature, generator, eos).tokens
 
 
 def assisted(target: PreTrainedModel, draft_model: PreTrainedModel, max_new_tokens: int, gamma: int,
-             temperature: float, eos: int | None, pad: int) -> Decoder:
+             temperature: float, eos: int | Sequence[int] | None, pad: int) -> Decoder:
     """transformers' assisted generation with a fixed number of draft tokens per round."""
     config = GenerationConfig(
         max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or None,

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
+import transformers
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
+
+from .kvcache import CACHE_KEYWORD, cache_kwarg, new_cache, remove_tokens
 
 PROB_SUM_TOLERANCE = 1e-3
 
@@ -192,9 +195,18 @@ def verify_block(
     target_logits: Tensor, draft: Draft, temperature: float, generator: torch.Generator | None
 ) -> tuple[int, int]:
     """Verify one block (chapter 02). `target_logits` [gamma+1, V]: row k is the target's
-    prediction after the anchor and drafts x_1..x_k. Returns (n_accepted, next_token)."""
+    prediction after the anchor and drafts x_1..x_k. Returns (n_accepted, next_token).
+    Checks the draft first (`validate_draft`)."""
     _check_temperature(temperature)
     validate_draft(draft, target_logits)
+    return _verify_unchecked(target_logits, draft, temperature, generator)
+
+
+def _verify_unchecked(
+    target_logits: Tensor, draft: Draft, temperature: float, generator: torch.Generator | None
+) -> tuple[int, int]:
+    """`verify_block` without `validate_draft`: the engine's path unless it runs with
+    validate=True (the check costs a host sync and a pass over [gamma, V] every round)."""
     if temperature == 0:
         return greedy_verify(target_logits, draft.tokens)
     target_probs = probs_from_logits(target_logits, temperature)
@@ -279,12 +291,22 @@ def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
 @dataclass
 class RoundRecord:
     """One verification round: drafts proposed, drafts accepted, the drafter's confidences
-    (chapter 02). A round emits accepted + 1 tokens (the correction or bonus). `proposed` is
-    below gamma near max_new_tokens, and 0 for a last-token round that only runs the target."""
+    (chapter 02). The engine proposes gamma drafts every round, and a round emits accepted + 1
+    tokens (the correction or bonus), with one exception, DeepSpec's accounting of the end of
+    sequence: when an end token is among the accepted drafts, the round stops there
+    (`ended_in_draft`), proposed = accepted = the drafts up to and including the end token,
+    and it emits exactly those, with no correction/bonus. `confidences` [proposed] or None."""
 
     proposed: int
     accepted: int
     confidences: Tensor | None = None
+    ended_in_draft: bool = False
+
+    @property
+    def emitted(self) -> int:
+        """Tokens this round added to the output: accepted, plus the correction/bonus token
+        unless an accepted draft ended the sequence."""
+        return self.accepted + (not self.ended_in_draft)
 
 
 def _round_counts(records: Sequence[RoundRecord]) -> tuple[np.ndarray, np.ndarray]:
@@ -294,14 +316,18 @@ def _round_counts(records: Sequence[RoundRecord]) -> tuple[np.ndarray, np.ndarra
     accepted = np.array([r.accepted for r in records], dtype=np.int64)
     if (accepted < 0).any() or (accepted > proposed).any():
         raise ValueError("each record needs 0 <= accepted <= proposed")
+    if any(r.ended_in_draft and not r.accepted == r.proposed >= 1 for r in records):
+        raise ValueError("a record with ended_in_draft needs accepted == proposed >= 1 (the drafts up to and "
+                         "including the end token)")
     return proposed, accepted
 
 
 def tau(records: Sequence[RoundRecord]) -> float:
-    """Tokens per round counting the correction/bonus token: mean of accepted + 1
-    (paper footnote 3; chapter 02)."""
-    _, accepted = _round_counts(records)
-    return float(np.mean(accepted + 1))
+    """Tokens per round counting the correction/bonus token: mean of accepted + 1 (paper
+    footnote 3; chapter 02), except that a round ended by an accepted end token counts its
+    accepted drafts only (`RoundRecord.emitted`; DeepSpec's acceptance length)."""
+    _round_counts(records)
+    return float(np.mean([r.emitted for r in records]))
 
 
 def _default_gamma(proposed: np.ndarray, gamma: int | None) -> int:
@@ -357,24 +383,32 @@ def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
 class Rollout:
     """One speculative generation (chapter 02). `tokens` are the generated ids only (no
     prompt), on the device of the prompt passed in. The first token comes from the prefill,
-    every later one from a round: len(tokens) = 1 + sum(accepted + 1) before EOS truncation.
-    Seconds: prefill (target on the prompt), draft (all drafter calls), verify (target
-    forwards in rounds), overhead (verification sampling, cache crops, bookkeeping)."""
+    every later one from a round: len(tokens) = min(max_new_tokens, 1 + sum of the rounds'
+    `emitted`), since the last round may overshoot and the output is cut at max_new_tokens.
+    Seconds, measured only with `speculative_generate(..., timed=True)` and None otherwise:
+    prefill (target on the prompt), draft (all drafter calls), verify (target forwards in
+    rounds), overhead (verification sampling, cache crops, bookkeeping)."""
 
     tokens: Tensor
     rounds: list[RoundRecord] = field(default_factory=list)
-    prefill_seconds: float = 0.0
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    overhead_seconds: float = 0.0
+    prefill_seconds: float | None = None
+    draft_seconds: float | None = None
+    verify_seconds: float | None = None
+    overhead_seconds: float | None = None
 
     @property
     def total_seconds(self) -> float:
-        return self.prefill_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
+        """The four phases' seconds summed; ValueError when they were not measured."""
+        phases = (self.prefill_seconds, self.draft_seconds, self.verify_seconds, self.overhead_seconds)
+        if any(seconds is None for seconds in phases):
+            raise ValueError("this rollout's phase seconds were not measured; run speculative_generate(..., "
+                             "timed=True) to time them")
+        return sum(phases)
 
 
 class _Stopwatch:
-    """Accumulates perf_counter seconds per phase, synchronising CUDA so the split is real."""
+    """Accumulates perf_counter seconds per phase, synchronising CUDA so the split is real
+    (about six synchronisations a round: only with timed=True)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -387,6 +421,15 @@ class _Stopwatch:
         now = time.perf_counter()
         self.seconds[self._phase] += now - self._since
         self._phase, self._since = phase, now
+
+
+class _NoStopwatch:
+    """The stopwatch of an untimed rollout: no synchronisation, no seconds."""
+
+    seconds: dict[str, float | None] = {"prefill": None, "draft": None, "verify": None, "overhead": None}
+
+    def switch(self, phase: str) -> None:
+        pass
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -409,6 +452,22 @@ def _check_generation_args(max_new_tokens: int, temperature: float) -> None:
     _check_temperature(temperature)
 
 
+def end_ids(eos_token_id: int | Sequence[int] | None) -> tuple[int, ...]:
+    """The end-of-sequence ids as a tuple (chapter 02): None gives (), an int (id,), a
+    sequence of ints its ids in order without repeats. Qwen3's generation config lists two,
+    151645 (<|im_end|>) and 151643 (<|endoftext|>); generation stops at either."""
+    if eos_token_id is None:
+        return ()
+    values = eos_token_id.tolist() if isinstance(eos_token_id, Tensor) else eos_token_id
+    values = [values] if isinstance(values, (int, np.integer)) else values
+    values = [] if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else list(values)
+    is_id = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+    if not values or not all(is_id(v) for v in values):
+        raise ValueError(f"eos_token_id must be None, a token id >= 0 or a non-empty sequence of them, "
+                         f"got {eos_token_id!r}")
+    return tuple(dict.fromkeys(int(v) for v in values))
+
+
 def select_target_hidden(hidden_states: Sequence[Tensor], layer_ids: Sequence[int]) -> Tensor:
     """Concatenate the chosen decoder layers' outputs, `hidden_states[i + 1]` for 0-based
     layer id i, on the feature axis: [..., positions, len(layer_ids) * H] (chapter 02)."""
@@ -418,10 +477,11 @@ def select_target_hidden(hidden_states: Sequence[Tensor], layer_ids: Sequence[in
 @torch.inference_mode()
 def target_hidden(target: PreTrainedModel, input_ids: Tensor, layer_ids: Sequence[int] | None) -> Tensor | None:
     """The target's selected hidden states [L, len(layer_ids) * H] for one sequence
-    `input_ids` [L] (no cache), or None for a drafter that reads no target layers (chapter 03)."""
+    `input_ids` [L] (no cache), or None for a drafter that reads no target layers (chapter 03).
+    Only the last position's logits are computed (they are not used)."""
     if layer_ids is None:
         return None
-    states = target(input_ids=input_ids[None], output_hidden_states=True).hidden_states
+    states = target(input_ids=input_ids[None], output_hidden_states=True, logits_to_keep=1).hidden_states
     return select_target_hidden(states, layer_ids)[0]
 
 
@@ -436,25 +496,17 @@ def _check_layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
 
 
 def _target_forward(
-    target: PreTrainedModel, input_ids: Tensor, cache: DynamicCache, layer_ids: Sequence[int] | None
+    target: PreTrainedModel, input_ids: Tensor, cache: DynamicCache, layer_ids: Sequence[int] | None,
+    last_only: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Logits [L, V] and selected hidden states [L, n_layers * H] (or None) for `input_ids`
-    [L] appended to the cache."""
+    """Logits [L, V] (or [1, V] for the last position only, as a prefill needs) and selected
+    hidden states [L, n_layers * H] (or None) for `input_ids` [L] appended to the cache."""
     output = target(
-        input_ids=input_ids[None], cache=cache, use_cache=True, output_hidden_states=layer_ids is not None
+        input_ids=input_ids[None], **cache_kwarg(cache), use_cache=True,
+        output_hidden_states=layer_ids is not None, logits_to_keep=1 if last_only else 0,
     )
     hidden = None if layer_ids is None else select_target_hidden(output.hidden_states, layer_ids)[0]
     return output.logits[0], hidden
-
-
-def _empty_draft(vocab_size: int, device: torch.device) -> Draft:
-    return Draft(torch.empty(0, dtype=torch.long, device=device), torch.empty(0, vocab_size, device=device))
-
-
-def _truncate_at_eos(tokens: list[int], eos_token_id: int | None) -> tuple[list[int], bool]:
-    if eos_token_id is None or eos_token_id not in tokens:
-        return tokens, False
-    return tokens[: tokens.index(eos_token_id) + 1], True
 
 
 def speculative_generate(
@@ -465,16 +517,30 @@ def speculative_generate(
     gamma: int,
     temperature: float,
     generator: torch.Generator | None,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    *,
+    timed: bool = False,
+    validate: bool = False,
 ) -> Rollout:
     """Generate up to `max_new_tokens` tokens with speculative decoding (chapter 02).
 
-    Prefill the prompt and sample the first token (the first anchor); then per round the
-    drafter proposes min(gamma, remaining - 1) tokens (0 on the last token, a plain target
-    step recorded as a round that proposed 0), the target scores anchor + drafts in one
-    forward on its KV cache, `verify_block` accepts a prefix, and the cache is cropped back
-    to the committed positions. Stops after EOS (kept) or at max_new_tokens. Lossless: the
-    output has the target's sampling distribution at `temperature` (its greedy output at 0).
+    Prefill the prompt (logits of its last position only) and sample the first token (the
+    first anchor); then per round the drafter proposes gamma tokens, the target scores
+    anchor + drafts in one forward on its KV cache, verification accepts a prefix, and the
+    cache is cropped back to the committed positions. Every round proposes gamma drafts, the
+    last one included: it may overshoot, and the output is cut at max_new_tokens, as in
+    DeepSpec's evaluation (deepspec/eval/base_evaluator.py, `generate_decoding_sample`; its
+    loop, `while start < max_length`, also runs one more round, all of whose tokens are cut,
+    when the output lands exactly on max_new_tokens: ours stops there, and counts one round
+    fewer). Stops after an end token (kept; `eos_token_id`: one id or
+    several) or at max_new_tokens; a round whose accepted drafts hold an end token is counted
+    as DeepSpec counts it (`RoundRecord.ended_in_draft`). Lossless: the output has the
+    target's sampling distribution at `temperature` (its greedy output at 0).
+
+    timed: measure the phase seconds (`Rollout.*_seconds`; about six CUDA synchronisations a
+        round). validate: check every draft with `validate_draft` before verifying it (a
+        host sync a round). Both off by default, so that a wall-clock race times the engine,
+        not its instruments.
     """
     _check_generation_args(max_new_tokens, temperature)
     if gamma < 1:
@@ -485,13 +551,15 @@ def speculative_generate(
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from the target's {vocab_size}")
     layer_ids = drafter.target_layer_ids
     _check_layer_ids(layer_ids, target.config.num_hidden_layers)
+    ends = end_ids(eos_token_id)
+    device = _model_device(target)
+    watch = _Stopwatch(device) if timed else _NoStopwatch()
     with torch.inference_mode():
-        rollout = _speculative_loop(
-            target, drafter, prompt_ids.to(_model_device(target)), max_new_tokens, gamma, temperature,
-            generator, eos_token_id, layer_ids,
+        tokens, rounds = _speculative_loop(
+            target, drafter, prompt_ids.to(device), max_new_tokens, gamma, temperature, generator, ends,
+            layer_ids, watch, validate,
         )
-    rollout.tokens = rollout.tokens.to(prompt_ids.device)
-    return rollout
+    return Rollout(tokens.to(prompt_ids.device), rounds, **{f"{k}_seconds": v for k, v in watch.seconds.items()})
 
 
 def _speculative_loop(
@@ -502,50 +570,121 @@ def _speculative_loop(
     gamma: int,
     temperature: float,
     generator: torch.Generator | None,
-    eos_token_id: int | None,
+    ends: tuple[int, ...],
     layer_ids: Sequence[int] | None,
-) -> Rollout:
-    watch = _Stopwatch(prompt.device)
-    cache = DynamicCache(config=target.config)
+    watch: _Stopwatch | _NoStopwatch,
+    validate: bool,
+) -> tuple[Tensor, list[RoundRecord]]:
+    cache = new_cache(target)
     watch.switch("prefill")
-    logits, hidden = _target_forward(target, prompt, cache, layer_ids)
-    first = int(sample_token(logits[-1], temperature, generator))
-    watch.switch("draft")
-    drafter.start(prompt, hidden)
-    watch.switch("overhead")
-    generated, finished = _truncate_at_eos([first], eos_token_id)
-    sequence = torch.cat([prompt, prompt.new_tensor(generated)])
+    logits, hidden = _target_forward(target, prompt, cache, layer_ids, last_only=True)
+    generated = [int(sample_token(logits[-1], temperature, generator))]
     rounds: list[RoundRecord] = []
-    while not finished and len(generated) < max_new_tokens:
-        n_drafts = min(gamma, max_new_tokens - len(generated) - 1)
+    finished = generated[0] in ends or max_new_tokens == 1
+    if not finished:
         watch.switch("draft")
-        draft = drafter.draft(sequence, n_drafts, temperature, generator) if n_drafts else _empty_draft(
-            target.config.vocab_size, prompt.device
-        )
-        if draft.gamma != n_drafts:
-            raise ValueError(f"drafter returned {draft.gamma} draft tokens; expected the {n_drafts} requested")
+        drafter.start(prompt, hidden)
+    watch.switch("overhead")
+    sequence = torch.cat([prompt, prompt.new_tensor(generated)])
+    while not finished:
+        watch.switch("draft")
+        draft = drafter.draft(sequence, gamma, temperature, generator)
+        if draft.gamma != gamma:
+            raise ValueError(f"drafter returned {draft.gamma} draft tokens; expected the {gamma} requested")
         watch.switch("verify")
         block = torch.cat([sequence[-1:], draft.tokens.to(prompt.device)])
         logits, hidden = _target_forward(target, block, cache, layer_ids)
         watch.switch("overhead")
-        n_accepted, next_token = verify_block(logits, draft, temperature, generator)
-        cache.crop(n_accepted - draft.gamma)
-        if n_drafts:
+        verify = verify_block if validate else _verify_unchecked
+        n_accepted, next_token = verify(logits, draft, temperature, generator)
+        record, new_tokens = _settle_round(draft, n_accepted, next_token, ends)
+        rounds.append(record)
+        generated += new_tokens
+        finished = record.ended_in_draft or new_tokens[-1] in ends or len(generated) >= max_new_tokens
+        if not finished:  # after the last round nothing reads the cache or the drafter again
+            remove_tokens(cache, gamma - n_accepted)
             watch.switch("draft")
             drafter.accept(n_accepted, None if hidden is None else hidden[: n_accepted + 1])
             watch.switch("overhead")
-        new_tokens = draft.tokens[:n_accepted].tolist() + [next_token]
-        rounds.append(RoundRecord(draft.gamma, n_accepted, _cpu_or_none(draft.confidences)))
-        new_tokens, finished = _truncate_at_eos(new_tokens, eos_token_id)
-        generated += new_tokens
-        sequence = torch.cat([sequence, prompt.new_tensor(new_tokens)])
+            sequence = torch.cat([sequence, prompt.new_tensor(new_tokens)])
     watch.switch("overhead")
-    tokens = torch.tensor(generated[:max_new_tokens], dtype=torch.long)
-    return Rollout(tokens, rounds, **{f"{k}_seconds": v for k, v in watch.seconds.items()})
+    return torch.tensor(generated[:max_new_tokens], dtype=torch.long), rounds
+
+
+def _settle_round(draft: Draft, n_accepted: int, next_token: int,
+                  ends: tuple[int, ...]) -> tuple[RoundRecord, list[int]]:
+    """The round's record and the tokens it emits: the accepted drafts and the correction or
+    bonus token; or, when an end token is among the accepted drafts, the drafts up to and
+    including it, with no correction/bonus, and proposed = accepted = their number. That is
+    DeepSpec's accounting: deepspec/eval/base_evaluator.py, `verify_draft_tokens` (the
+    `terminated_by_stop_token` branch sets accepted_draft_tokens and effective_proposal_length
+    to eos_pos + 1) and `generate_decoding_sample` (such a round adds accepted_draft_tokens to
+    acceptance_lengths, not accepted_draft_tokens + 1)."""
+    accepted = draft.tokens[:n_accepted].tolist()
+    confidences = _cpu_or_none(draft.confidences)
+    for index, token in enumerate(accepted):
+        if token in ends:
+            kept = index + 1
+            return (RoundRecord(kept, kept, None if confidences is None else confidences[:kept], ended_in_draft=True),
+                    accepted[:kept])
+    return RoundRecord(draft.gamma, n_accepted, confidences), accepted + [next_token]
 
 
 def _cpu_or_none(tensor: Tensor | None) -> Tensor | None:
     return None if tensor is None else tensor.detach().float().cpu()
+
+
+def _tv_distance(logits: Tensor, reference: Tensor) -> Tensor:
+    """Total variation between the softmaxes of two [N, V] logit rows, per row (float32)."""
+    return 0.5 * (torch.softmax(logits.float(), -1) - torch.softmax(reference.float(), -1)).abs().sum(-1)
+
+
+# Largest total variation allowed between cached and uncached next-token distributions: a
+# cache that works differs by rounding only; one that is ignored or emptied changes the
+# context each position sees, which moves a trained model's distributions by far more.
+KV_CHECK_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 0.05, torch.bfloat16: 0.1}
+
+
+@torch.inference_mode()
+def check_kv_cache(target: PreTrainedModel, prompt_ids: Tensor) -> float:
+    """The KV cache self-check (chapter 07 runs it before any GPU measurement): score
+    `prompt_ids` ([T] or [1, T], T >= 3) as the engine does, a prefill of all but the last
+    (up to) three tokens followed by single-token steps, then a rollback of two positions
+    (`kvcache.remove_tokens`, after a no-op removal of 0) and a two-token block, and compare
+    every next-token distribution with one uncached forward of the whole prompt. Returns the
+    largest total variation between them; RuntimeError naming the transformers version when it
+    exceeds KV_CHECK_TOLERANCE for the target's dtype, or when the cache does not hold the
+    prompt afterwards (a forward that ignored the cache keyword)."""
+    ids = _check_prompt(prompt_ids).to(_model_device(target))
+    length = ids.shape[0]
+    if length < 3:
+        raise ValueError(f"check_kv_cache needs a prompt of at least 3 tokens, got {length}")
+    dtype = next(target.parameters()).dtype
+    reference = target(input_ids=ids[None]).logits[0]
+    cache, prefix = new_cache(target), max(1, length - 3)
+    rows = [target(input_ids=ids[None, :prefix], **cache_kwarg(cache), use_cache=True, logits_to_keep=1).logits[0]]
+    for position in range(prefix, length):
+        rows.append(target(input_ids=ids[None, position:position + 1], **cache_kwarg(cache), use_cache=True).logits[0])
+    remove_tokens(cache, 0)
+    remove_tokens(cache, 2)
+    rows.append(target(input_ids=ids[None, length - 2:], **cache_kwarg(cache), use_cache=True).logits[0])
+    cached = torch.cat(rows)
+    expected = torch.cat([reference[prefix - 1:], reference[length - 2:]])
+    tv = _tv_distance(cached, expected)
+    worst, tolerance = float(tv.max()), KV_CHECK_TOLERANCE.get(dtype, 0.1)
+    where = (f"transformers {transformers.__version__} (torch {torch.__version__}, {str(dtype).replace('torch.', '')}, "
+             f"cache passed as `{CACHE_KEYWORD}=`)")
+    held = cache.get_seq_length()
+    if held != length:
+        raise RuntimeError(f"KV cache self-check failed on {where}: after a {length}-token prompt the cache holds "
+                           f"{held} positions; the forward did not use the cache it was given. dspark_lite "
+                           "supports transformers 5.10.2 to 5.24.0 (see dspark_lite/kvcache.py)")
+    if not worst <= tolerance:
+        raise RuntimeError(f"KV cache self-check failed on {where}: cached and uncached next-token distributions "
+                           f"differ by total variation {worst:.3g} (allowed {tolerance:g}); every tau measured "
+                           "with this cache would be wrong. dspark_lite supports transformers 5.10.2 to 5.24.0 "
+                           "(see dspark_lite/kvcache.py)")
+    return worst
 
 
 def autoregressive_generate(
@@ -554,25 +693,28 @@ def autoregressive_generate(
     max_new_tokens: int,
     temperature: float,
     generator: torch.Generator | None,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     use_cache: bool = True,
 ) -> Tensor:
     """Target-only sampling, the baseline (chapter 02). `prompt_ids` [T] returns the
-    generated ids [<= max_new_tokens], truncated after EOS; a batch [B, T] (same length,
-    no padding) returns [B, n] with eos_token_id repeated after a row's EOS. Greedy at
-    temperature 0. With use_cache=False the whole sequence is recomputed each step."""
+    generated ids [<= max_new_tokens], truncated after an end token (`eos_token_id`: one id or
+    several); a batch [B, T] (same length, no padding) returns [B, n] with the first end id
+    repeated after a row's end. Greedy at temperature 0. Each forward computes the logits of
+    the last position only. With use_cache=False the whole sequence is recomputed each step."""
     _check_generation_args(max_new_tokens, temperature)
+    ends = end_ids(eos_token_id)
     single = prompt_ids.dim() == 1
     batch = _check_prompt(prompt_ids)[None] if single else prompt_ids.long()
     if batch.dim() != 2 or batch.shape[1] == 0:
         raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
     with torch.inference_mode():
         generated = _autoregressive_loop(
-            target, batch.to(_model_device(target)), max_new_tokens, temperature, generator, eos_token_id, use_cache
+            target, batch.to(_model_device(target)), max_new_tokens, temperature, generator, ends, use_cache
         ).to(prompt_ids.device)
     if single:
-        tokens, _ = _truncate_at_eos(generated[0].tolist(), eos_token_id)
-        return torch.tensor(tokens, dtype=torch.long, device=prompt_ids.device)
+        tokens = generated[0].tolist()
+        cut = next((i + 1 for i, token in enumerate(tokens) if token in ends), len(tokens))
+        return torch.tensor(tokens[:cut], dtype=torch.long, device=prompt_ids.device)
     return generated
 
 
@@ -582,18 +724,19 @@ def _autoregressive_loop(
     max_new_tokens: int,
     temperature: float,
     generator: torch.Generator | None,
-    eos_token_id: int | None,
+    ends: tuple[int, ...],
     use_cache: bool,
 ) -> Tensor:
-    cache = DynamicCache(config=target.config) if use_cache else None
+    cache = new_cache(target) if use_cache else None
+    end_tensor = torch.tensor(ends, dtype=torch.long, device=batch.device)
     sequence, step_input = batch, batch
     finished = torch.zeros(batch.shape[0], dtype=torch.bool, device=batch.device)
     for _ in range(max_new_tokens):
-        logits = target(input_ids=step_input, cache=cache, use_cache=use_cache).logits[:, -1]
+        logits = target(input_ids=step_input, **cache_kwarg(cache), use_cache=use_cache, logits_to_keep=1).logits[:, -1]
         token = sample_token(logits, temperature, generator)
-        if eos_token_id is not None:
-            token = torch.where(finished, torch.full_like(token, eos_token_id), token)
-            finished |= token == eos_token_id
+        if ends:
+            token = torch.where(finished, torch.full_like(token, ends[0]), token)
+            finished |= torch.isin(token, end_tensor)
         sequence = torch.cat([sequence, token[:, None]], dim=1)
         step_input = token[:, None] if use_cache else sequence
         if bool(finished.all()):
@@ -622,8 +765,9 @@ class ModelDrafter:
     @torch.inference_mode()
     def start(self, prompt_ids: Tensor, target_hidden: Tensor | None = None) -> None:
         """Prefill the drafter's own cache with the prompt."""
-        self._cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=prompt_ids[None].to(_model_device(self.model)), cache=self._cache, use_cache=True)
+        self._cache = new_cache(self.model)
+        self.model(input_ids=prompt_ids[None].to(_model_device(self.model)), **cache_kwarg(self._cache), use_cache=True,
+                   logits_to_keep=1)
         self._context_length = prompt_ids.shape[0]
 
     @torch.inference_mode()
@@ -642,7 +786,8 @@ class ModelDrafter:
         step_input = anchor_ids[cached:].to(_model_device(self.model))
         tokens, probs = [], []
         for _ in range(gamma):
-            logits = self.model(input_ids=step_input[None], cache=self._cache, use_cache=True).logits[0, -1]
+            logits = self.model(input_ids=step_input[None], **cache_kwarg(self._cache), use_cache=True,
+                                logits_to_keep=1).logits[0, -1]
             probs.append(probs_from_logits(logits, temperature))
             tokens.append(sample_from_probs(probs[-1], generator))
             step_input = tokens[-1][None]
@@ -652,6 +797,5 @@ class ModelDrafter:
     def accept(self, n_accepted: int, new_target_hidden: Tensor | None = None) -> None:
         """Crop the cache to the anchor plus the accepted drafts."""
         keep = self._context_length + n_accepted
-        excess = self._cache.get_seq_length() - keep
-        if excess > 0:
-            self._cache.crop(-excess)
+        remove_tokens(self._cache, max(0, self._cache.get_seq_length() - keep))
+

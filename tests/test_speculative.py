@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from dspark_lite import speculative
 from dspark_lite.speculative import (
     Draft,
     Drafter,
@@ -270,8 +271,10 @@ def test_greedy_speculation_reproduces_target(target, close_drafter, gamma):
         for drafter_model in (close_drafter, far_drafter):
             rollout = speculative_generate(target, ModelDrafter(drafter_model), prompt, max_new_tokens, gamma, 0.0, generator)
             assert torch.equal(rollout.tokens, expected)
-            assert len(rollout.tokens) == 1 + sum(r.accepted + 1 for r in rollout.rounds)
-            assert all(r.proposed <= gamma for r in rollout.rounds)
+            # Every round proposes gamma; the last may overshoot max_new_tokens (cut), no round is wasted.
+            assert 1 + sum(r.accepted + 1 for r in rollout.rounds[:-1]) < max_new_tokens == len(rollout.tokens)
+            assert 1 + sum(r.accepted + 1 for r in rollout.rounds) >= max_new_tokens
+            assert all(r.proposed == gamma for r in rollout.rounds)
             accepted_any |= any(r.accepted > 0 for r in rollout.rounds)
     assert accepted_any, "the close drafter should get some drafts accepted"
 
@@ -279,12 +282,15 @@ def test_greedy_speculation_reproduces_target(target, close_drafter, gamma):
 @pytest.mark.parametrize("temperature", [0.0, TEMPERATURE])
 def test_target_as_its_own_drafter_accepts_everything(target, temperature):
     """Drafting with the target itself: every proposed token survives, so tau = gamma + 1
-    on full rounds; this checks the drafter's cache bookkeeping."""
+    on every round; this checks the drafter's cache bookkeeping. Every round proposes gamma,
+    the last one too (DeepSpec's protocol): 1 + 4 * 5 = 21 tokens after four rounds, and the
+    fifth round's 5 tokens overshoot 25, cut to 25."""
     rollout = speculative_generate(target, ModelDrafter(target), torch.tensor(PROMPTS[0]), 25, 4, temperature,
                                    torch.Generator().manual_seed(1))
     assert len(rollout.tokens) == 25
     assert all(r.accepted == r.proposed for r in rollout.rounds)
-    assert [r.proposed for r in rollout.rounds] == [4, 4, 4, 4, 3]  # 25 = 1 + 4 * 5 + 4
+    assert [r.proposed for r in rollout.rounds] == [4, 4, 4, 4, 4]
+    assert tau(rollout.rounds) == 5.0
 
 
 class HiddenRecordingDrafter(ModelDrafter):
@@ -305,8 +311,9 @@ class HiddenRecordingDrafter(ModelDrafter):
 @pytest.mark.parametrize("temperature", [0.0, TEMPERATURE])
 def test_drafter_receives_target_hidden_states_of_committed_positions(target, close_drafter, temperature):
     """start + accept hand the drafter exactly the hidden states a full forward computes for
-    every committed position (all but the last, still-pending anchor), layer id i meaning
-    hidden_states[i + 1]."""
+    every position committed before its next draft (the prompt, then each round's anchor and
+    accepted drafts; the last round is not handed over, as no draft follows it), layer id i
+    meaning hidden_states[i + 1]."""
     prompt, drafter = torch.tensor(PROMPTS[0]), HiddenRecordingDrafter(close_drafter)
     rollout = speculative_generate(target, drafter, prompt, 20, 3, temperature, torch.Generator().manual_seed(2))
     received = torch.cat(drafter.received)
@@ -314,8 +321,8 @@ def test_drafter_receives_target_hidden_states_of_committed_positions(target, cl
     with torch.inference_mode():
         hidden_states = target(sequence[None], output_hidden_states=True).hidden_states
     expected = torch.cat([hidden_states[1][0], hidden_states[2][0]], dim=-1)
-    last_round_proposed = rollout.rounds[-1].proposed
-    committed = len(sequence) - 1 if last_round_proposed else len(sequence) - 2
+    committed = len(prompt) + sum(r.accepted + 1 for r in rollout.rounds[:-1])
+    assert len(rollout.rounds) >= 3 and len(drafter.received) == len(rollout.rounds)
     assert received.shape == (committed, 2 * target.config.hidden_size)
     torch.testing.assert_close(received, expected[:committed], atol=1e-4, rtol=1e-4)
 
@@ -328,6 +335,156 @@ def test_eos_stops_generation(target, close_drafter):
     assert torch.equal(autoregressive_generate(target, prompt, 30, 0.0, None, eos_token_id=eos), cut)
     rollout = speculative_generate(target, ModelDrafter(close_drafter), prompt, 30, 4, 0.0, None, eos_token_id=eos)
     assert torch.equal(rollout.tokens, cut)
+
+
+# ----------------------------------------------------------------------------------------
+# The protocol of DeepSpec's evaluation (issue 19): gamma drafts every round, several end
+# ids, the end round's accounting, opt-in timing and validation, crops on every transformers
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 6, 7, 9, 30])
+def test_every_round_proposes_gamma_and_the_output_is_cut(target, close_drafter, max_new_tokens):
+    """No short or zero-draft rounds near max_new_tokens: the last round proposes gamma too
+    and may overshoot; the output is cut, and no round runs once max_new_tokens are there."""
+    prompt, gamma = torch.tensor(PROMPTS[2]), 4
+    rollout = speculative_generate(target, ModelDrafter(close_drafter), prompt, max_new_tokens, gamma, 0.0, None)
+    assert torch.equal(rollout.tokens, autoregressive_generate(target, prompt, max_new_tokens, 0.0, None))
+    assert [r.proposed for r in rollout.rounds] == [gamma] * len(rollout.rounds)
+    assert len(rollout.rounds) == 0 if max_new_tokens == 1 else len(rollout.rounds) >= 1
+    assert 1 + sum(r.accepted + 1 for r in rollout.rounds[:-1]) < max_new_tokens or not rollout.rounds
+
+
+def first_occurrences(tokens: list[int]) -> dict[int, int]:
+    """Index of each token's first occurrence."""
+    first = {}
+    for index, token in enumerate(tokens):
+        first.setdefault(token, index)
+    return first
+
+
+def test_generation_stops_at_any_of_several_end_ids(target, close_drafter):
+    """eos_token_id may list several ids (Qwen3: 151645 and 151643): generation stops after the
+    first of them, in both decoders; one id still works."""
+    prompt = torch.tensor(PROMPTS[0])
+    full = autoregressive_generate(target, prompt, 30, 0.0, None).tolist()
+    first = first_occurrences(full)
+    late, early = sorted((i, t) for t, i in first.items() if i >= 3)[-2:][::-1], None
+    (late_index, late_id), (early_index, early_id) = late[0], late[1]
+    assert early_index < late_index
+    for ends, stop in [((late_id, early_id), early_index), ([late_id], late_index), (late_id, late_index)]:
+        expected = torch.tensor(full[: stop + 1])
+        assert torch.equal(autoregressive_generate(target, prompt, 30, 0.0, None, eos_token_id=ends), expected)
+        rollout = speculative_generate(target, ModelDrafter(close_drafter), prompt, 30, 4, 0.0, None, eos_token_id=ends)
+        assert torch.equal(rollout.tokens, expected), ends
+    batch = autoregressive_generate(target, prompt.expand(2, -1), 30, 0.0, None, eos_token_id=(late_id, early_id))
+    assert batch[0, early_index] == early_id and bool((batch[0, early_index + 1:] == late_id).all())
+
+
+@pytest.mark.parametrize("slot", [0, 2, 3, 4])
+def test_a_round_ended_by_an_accepted_end_token_counts_as_deepspec_counts_it(target, slot):
+    """DeepSpec (deepspec/eval/base_evaluator.py, verify_draft_tokens): an end token among the
+    accepted drafts ends the round there, proposed = accepted = drafts up to and including it,
+    and the round adds no bonus to tau. An end token sampled as the bonus counts as usual.
+    The target drafting for itself at temperature 0 accepts everything, so round r covers the
+    generated indices 5r-4 .. 5r (four drafts, then the bonus at slot 4)."""
+    prompt, gamma = torch.tensor(PROMPTS[0]), 4
+    full = autoregressive_generate(target, prompt, 40, 0.0, None).tolist()
+    candidates = [i for t, i in first_occurrences(full).items() if i >= 6 and (i - 1) % 5 == slot]
+    assert candidates, "the greedy continuation needs a token first seen at this slot"
+    index = candidates[0]
+    rollout = speculative_generate(target, ModelDrafter(target), prompt, 40, gamma, 0.0, None,
+                                   eos_token_id=full[index])
+    assert rollout.tokens.tolist() == full[: index + 1]
+    full_rounds, ended = (index - 1) // 5, slot < gamma
+    counts = [(r.proposed, r.accepted) for r in rollout.rounds]
+    assert counts == [(gamma, gamma)] * full_rounds + [(slot + 1, slot + 1) if ended else (gamma, gamma)]
+    acceptance_lengths = [gamma + 1] * full_rounds + [slot + 1 if ended else gamma + 1]  # DeepSpec's
+    assert tau(rollout.rounds) == pytest.approx(np.mean(acceptance_lengths))
+    assert [getattr(r, "ended_in_draft", None) for r in rollout.rounds] == [False] * full_rounds + [ended]
+
+
+def test_phase_seconds_are_measured_only_when_timed(target, close_drafter):
+    """Untimed rollouts (the default) report no seconds, and say so; timed=True measures
+    every phase, and the tokens are the same."""
+    prompt = torch.tensor(PROMPTS[0])
+    plain = speculative_generate(target, ModelDrafter(close_drafter), prompt, 20, 3, 0.0, None)
+    phases = ("prefill", "draft", "verify", "overhead")
+    assert all(getattr(plain, f"{phase}_seconds") is None for phase in phases)
+    with pytest.raises(ValueError, match="timed=True"):
+        plain.total_seconds
+    timed = speculative_generate(target, ModelDrafter(close_drafter), prompt, 20, 3, 0.0, None, timed=True)
+    seconds = [getattr(timed, f"{phase}_seconds") for phase in phases]
+    assert all(s > 0 for s in seconds) and timed.total_seconds == pytest.approx(sum(seconds))
+    assert torch.equal(timed.tokens, plain.tokens)
+
+
+class DoubledProbsDrafter(ModelDrafter):
+    """A ModelDrafter that reports its distributions doubled (rows summing to 2)."""
+
+    def draft(self, anchor_ids, gamma, temperature, generator):
+        draft = super().draft(anchor_ids, gamma, temperature, generator)
+        return Draft(draft.tokens, 2 * draft.probs, draft.confidences)
+
+
+def test_draft_validation_is_opt_in(target, close_drafter, monkeypatch):
+    """validate_draft runs once a round with validate=True and never by default; a draft with
+    bad distributions is caught only when asked (greedy verification compares tokens only)."""
+    calls, real = [], speculative.validate_draft
+    monkeypatch.setattr(speculative, "validate_draft", lambda draft, logits: calls.append(1) or real(draft, logits))
+    prompt = torch.tensor(PROMPTS[0])
+    expected = autoregressive_generate(target, prompt, 20, 0.0, None)
+    assert torch.equal(speculative_generate(target, ModelDrafter(close_drafter), prompt, 20, 3, 0.0, None).tokens,
+                       expected)
+    assert calls == []
+    checked = speculative_generate(target, ModelDrafter(close_drafter), prompt, 20, 3, 0.0, None, validate=True)
+    assert len(calls) == len(checked.rounds) and torch.equal(checked.tokens, expected)
+    with pytest.raises(ValueError, match="sum to 1"):
+        speculative_generate(target, DoubledProbsDrafter(close_drafter), prompt, 20, 3, 0.0, None, validate=True)
+    unchecked = speculative_generate(target, DoubledProbsDrafter(close_drafter), prompt, 20, 3, 0.0, None)
+    assert torch.equal(unchecked.tokens, expected)
+
+
+def crop_as_up_to_5_14(self, max_length: int) -> None:
+    """DynamicCache.crop as transformers <= 5.14 reads its argument (cache_utils.py of 5.10.2):
+    k >= 0 keeps the first k tokens, so crop(0) empties the cache; k < 0 removes -k."""
+    length = self.get_seq_length()
+    if max_length < 0:
+        max_length = length - abs(max_length)
+    if length <= max_length:
+        return
+    for layer in self.layers:
+        layer.keys, layer.values = layer.keys[..., :max_length, :], layer.values[..., :max_length, :]
+
+
+def test_engine_is_right_under_the_old_crop_semantics(target, monkeypatch):
+    """With crop read as transformers 5.10-5.14 read it, a round that accepts every draft
+    must not empty the target's cache (the engine removes nothing then, instead of crop(0))."""
+    from transformers import DynamicCache
+
+    monkeypatch.setattr(DynamicCache, "crop", crop_as_up_to_5_14)
+    prompt = torch.tensor(PROMPTS[2])
+    expected = autoregressive_generate(target, prompt, 30, 0.0, None)
+    rollout = speculative_generate(target, ModelDrafter(target), prompt, 30, 4, 0.0, None)
+    assert all(r.accepted == r.proposed for r in rollout.rounds)
+    assert torch.equal(rollout.tokens, expected)
+
+
+def test_end_ids_accepts_one_id_or_several():
+    from dspark_lite.speculative import end_ids
+
+    assert end_ids(None) == () and end_ids(7) == (7,) and end_ids(np.int64(7)) == (7,)
+    assert end_ids([151645, 151643, 151645]) == (151645, 151643) and end_ids(torch.tensor([3, 4])) == (3, 4)
+    for bad in ("7", [True], [-1], [], [1.5], 2.0):
+        with pytest.raises(ValueError, match="eos_token_id"):
+            end_ids(bad)
+
+
+def test_ended_round_records_are_checked():
+    records = [RoundRecord(4, 2), RoundRecord(3, 3, ended_in_draft=True)]
+    assert tau(records) == pytest.approx((3 + 3) / 2)
+    with pytest.raises(ValueError, match="ended_in_draft"):
+        tau([RoundRecord(4, 2, ended_in_draft=True)])
 
 
 def exact_joint(target, prompt: torch.Tensor, temperature: float, length: int) -> torch.Tensor:
@@ -362,9 +519,9 @@ SPECULATIVE_RUNS = 1000
 
 def test_speculative_sampling_matches_target_distribution(target, close_drafter):
     """All four tokens of max_new_tokens=4 rollouts at temperature 0.8 with gamma = 2
-    (token 1 from the prefill; tokens 2-4 from one block, or two rounds after a rejection:
-    accepted drafts, corrections, bonus tokens, a final zero-draft round) match the exact
-    joint distribution of the target; so does plain batched sampling."""
+    (token 1 from the prefill; tokens 2-4 from one block, or two or three rounds after
+    rejections: accepted drafts, corrections, bonus tokens, a last round cut at 4 tokens)
+    match the exact joint distribution of the target; so does plain batched sampling."""
     prompt, length = torch.tensor(PROMPTS[0]), 4
     vocab = target.config.vocab_size
     exact = exact_joint(target, prompt, TEMPERATURE, length).numpy()
