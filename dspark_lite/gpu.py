@@ -2,8 +2,8 @@
 
 Three worlds, one code path (`load_world`):
 
-* "real": `Qwen/Qwen3-4B` through `AutoModelForCausalLM` (bf16 where the GPU supports it,
-  fp16 otherwise, sdpa attention) and the released DFlash and DSpark drafters through
+* "real": `Qwen/Qwen3-4B` through `AutoModelForCausalLM` (bf16 from compute capability 8.0,
+  fp16 below, sdpa attention) and the released DFlash and DSpark drafters through
   `checkpoints.load_released` (hub ids or local folders).
 * "random-weights": the same shapes from the committed configs in `data/qwen3_4b/`, random
   weights: a GPU without hub access still measures real cost tables and engine overheads
@@ -16,8 +16,14 @@ Three worlds, one code path (`load_world`):
 The measurement reuses the package: `speculative.speculative_generate` (the chapter-02 engine),
 `evaluation.summarize` (tau, Figure 2's conditional acceptance, prefix survival),
 `calibration` (STS, threshold sweep), `costs.profile_step_curve` (SPS(B)) and `serving`
-(the simulator). Prompts follow the paper's protocol: the chat template with thinking off,
-the first turn only, temperature 1.0, gamma 7.
+(the simulator). Prompts follow the paper's protocol: DeepSpec's evaluation files (never the
+book's fixture for a run set beside Table 1), the chat template with thinking off, the first turn
+only, temperature 1.0, gamma 7, both end ids, each prompt seeded with seed + its index.
+
+`python -m dspark_lite.gpu --help`: the same measurement without Jupyter (torch, transformers,
+safetensors, numpy and pandas only), one results file; under `torchrun` every rank measures its
+shard of the prompts (`shard`, `measure_part`) and rank 0 merges the parts (`merge_parts`) and runs
+the rest (`analyze`). `full_size_dry_run` runs the path at Qwen3-4B's shapes on a CPU.
 """
 from __future__ import annotations
 
@@ -400,8 +406,8 @@ def block_records(runs: Mapping[str, BenchmarkRun], gamma: int) -> serving.Block
 
 def engine_overheads(runs: Mapping[str, Mapping[str, BenchmarkRun]]) -> pd.DataFrame:
     """Per drafter: milliseconds per round of drafting, verifying and the rest (sampling, cache
-    crops, bookkeeping), prefill ms per prompt-less round count, and each phase's share of the
-    engine's time (chapter 07)."""
+    crops, bookkeeping), and each phase's share (prefill included) of the engine's time, from
+    runs measured with the phase stopwatch on (chapter 07)."""
     rows = {}
     for kind, by_bench in runs.items():
         seconds = {phase: sum(r.seconds[phase] for r in by_bench.values()) for phase in PHASES}
@@ -796,8 +802,14 @@ def full_size_dry_run(workdir: str | Path, new_tokens: int = 24, dtype: torch.dt
 # ========================================================================== the headless entry point
 
 PAPER_NEW_TOKENS = 2048  # DeepSpec's eval.py --max-new-tokens
-HEADLESS_DEFAULTS = {"random-weights": dict(prompts=2, new_tokens=256), "real": dict(prompts=None, new_tokens=PAPER_NEW_TOKENS),
-                     "smoke": dict(prompts=1, new_tokens=40)}
+# Per mode: prompts per benchmark (None: DeepSpec's counts), tokens per prompt, and the race's size.
+# Random weights measure costs, not acceptance: two prompts a benchmark and a short race keep a
+# run within a few minutes on one GPU.
+HEADLESS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "random-weights": dict(prompts=2, new_tokens=256, race_prompts=2, race_repeats=2),
+    "real": dict(prompts=None, new_tokens=PAPER_NEW_TOKENS),
+    "smoke": dict(prompts=1, new_tokens=40),
+}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -856,6 +868,15 @@ def _barrier(world_size: int, device: torch.device) -> None:
     dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
 
 
+def _finish(world_size: int) -> None:
+    """Leave the process group torchrun's ranks joined (nothing without one)."""
+    if world_size > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def main(argv: Sequence[str] | None = None) -> Path | None:
     """Run chapter 07's measurement headless; returns the results file on rank 0 (chapter 07)."""
     args = parse_args(argv)
@@ -871,8 +892,9 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
     defaults = HEADLESS_DEFAULTS[mode]
     count = defaults["prompts"] if args.prompts < 0 else (args.prompts or None)
     study = get_profile(args.profile).gpu if device.type == "cuda" else get_profile("smoke").gpu
+    race = {k: v for k, v in defaults.items() if k.startswith("race_")}
     study = dataclasses.replace(study, new_tokens=args.new_tokens or defaults["new_tokens"],
-                                prompts_per_benchmark=count)
+                                prompts_per_benchmark=count, **race)
     start = time.perf_counter()
     prompts, source = load_prompts(evalsets.DEEPSPEC_COUNTS if count is None else count, args.eval_folder,
                                    args.download_prompts, args.allow_fixture or mode != "real")
@@ -889,6 +911,7 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
         (folder / f"rank{rank}.json").write_text(json.dumps(part))
     _barrier(world_size, device)
     if rank != 0:
+        _finish(world_size)
         return None
     parts = [json.loads((folder / f"rank{r}.json").read_text()) for r in range(world_size)] if world_size > 1 else [part]
     runs = merge_parts(parts, study.gamma)
@@ -896,6 +919,7 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
     payload["headless"] = {"argv": list(sys.argv[1:] if argv is None else argv), "world_size": world_size,
                            "seconds": time.perf_counter() - start}
     path = save_results(world, payload, args.profile, out, source)
+    _finish(world_size)
     print(f"wrote {path} in {time.perf_counter() - start:.0f} s; peak GPU memory "
           f"{payload['peak_memory_gib'] if payload['peak_memory_gib'] is None else round(payload['peak_memory_gib'], 2)} GiB",
           flush=True)

@@ -101,3 +101,24 @@ def test_headless_smoke_run_writes_the_whole_measurement(tmp_path: Path) -> None
         assert key in found, key
     assert found["engine_overheads"]["dspark"]["verify ms/round"] > 0
     assert found["peak_memory_gib"] is None  # a CPU run
+
+
+def test_torchrun_shards_pool_to_the_single_process_run(tmp_path: Path) -> None:
+    """`torchrun --nproc_per_node 2 -m dspark_lite.gpu` (gloo on the CPU): each rank measures its
+    shard and writes its part, rank 0 merges; every prompt is seeded with seed + its index, so the
+    pooled tau and acceptance curves equal a single process's exactly."""
+    env = {**os.environ, "DSPARK_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    args = ["-m", "dspark_lite.gpu", "--mode", "smoke", "--prompts", "2", "--new-tokens", "24", "--no-race", "--no-profile"]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    runs = {"two": [str(torchrun), "--nproc_per_node", "2", *args, "--out", str(tmp_path / "two.json")],
+            "one": [sys.executable, *args, "--out", str(tmp_path / "one.json")]}
+    for name, command in runs.items():
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, (name, done.stdout[-2000:] + done.stderr[-4000:])
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text())["results"] for n in ("one", "two"))
+    assert sorted(p.name for p in (tmp_path / "two_parts").iterdir()) == ["rank0.json", "rank1.json"]
+    assert two["headless"]["world_size"] == 2 and one["headless"]["world_size"] == 1
+    assert two["tau_not_table1"] == one["tau_not_table1"]
+    assert two["conditional_acceptance"] == one["conditional_acceptance"]
+    assert two["environment"]["prompt_counts"] == one["environment"]["prompt_counts"] == dict.fromkeys(
+        two["tau_not_table1"]["dspark"], 2)
