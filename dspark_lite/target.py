@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -128,6 +129,7 @@ def train_causal_lm(
         print(f"{desc}: resuming from the checkpoint at step {done} of {cfg.steps} ({checkpoint.path})")
     start = time.perf_counter() - history.seconds
     model.train()
+    forward = torch.compile(model) if cfg.compile else model
     bar = tqdm(range(done + 1, cfg.steps + 1), desc=desc, initial=done, total=cfg.steps)
     for step in bar:
         if cursor + cfg.batch_size > len(order):
@@ -135,7 +137,14 @@ def train_causal_lm(
         batch = train_rows[order[cursor : cursor + cfg.batch_size]].to(device)
         cursor += cfg.batch_size
         with fast_autocast(device):
-            logits = model(input_ids=batch[:, :-1]).logits
+            try:
+                logits = forward(input_ids=batch[:, :-1]).logits
+            except Exception as error:  # torch.compile needs a C++ toolchain; without one, train eagerly
+                if forward is model:
+                    raise
+                warnings.warn(f"{desc}: torch.compile failed ({type(error).__name__}: {error}); training without it")
+                forward = model
+                logits = model(input_ids=batch[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
         optimizer_step(loss, opt, sched, model.parameters())
         history.train_loss.append(loss.item())

@@ -133,3 +133,17 @@ def test_the_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
         resume.interval_seconds()
     monkeypatch.delenv(resume.ENV_VAR)
     assert resume.interval_seconds() == resume.DEFAULT_SECONDS
+
+
+def test_training_falls_back_to_eager_when_compiling_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch, "compile", lambda model: broken)
+    cfg = replace(get_profile("smoke").target, steps=3, warmup_steps=1, batch_size=4, seq_len=16, compile=True)
+    eager_cfg = replace(cfg, compile=False)
+    rows = torch.randint(0, 45, (12, 17), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="torch.compile failed .RuntimeError: no C.. compiler.; training without it"):
+        history = train_causal_lm(build_target(cfg, SizedTokenizer(), seed=3), rows[:8], rows[8:], cfg, seed=5)
+    eager = train_causal_lm(build_target(eager_cfg, SizedTokenizer(), seed=3), rows[:8], rows[8:], eager_cfg, seed=5)
+    assert history.train_loss == eager.train_loss
