@@ -1,6 +1,7 @@
 """Chapter 07's harness without a GPU: modes, file names, sharding, the results page's GPU helpers."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from dspark_lite import evalsets, gpu, results
 from dspark_lite.evaluation import summarize
 from dspark_lite.profiles import get_profile
 from dspark_lite.speculative import RoundRecord
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_modes_need_a_gpu_except_smoke() -> None:
@@ -202,3 +205,22 @@ def test_memory_table_and_profile_sizes_from_the_configs() -> None:
     assert gpu.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, None) == [1, 8, 64]
     with pytest.raises(MemoryError, match="lower profile_context"):
         gpu.affordable_concurrencies(config, (8, 64), 7, 256, 2, need[0])
+
+
+def test_generation_length_is_a_parameter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19, item 5 (harness side): chapter 07 and the command line take the generation length
+    (the command line's real mode defaults to DeepSpec's 2048) and pass it to the engine."""
+    import nbformat
+
+    cell = next(c for c in nbformat.read(REPO / "chapters" / "07_qwen3_4b_gpu.ipynb", as_version=4).cells
+                if "parameters" in c.get("metadata", {}).get("tags", []))
+    assert "NEW_TOKENS = " in cell.source
+    assert gpu.HEADLESS_DEFAULTS["real"]["new_tokens"] == gpu.PAPER_NEW_TOKENS == 2048
+    assert gpu.parse_args(["--mode", "real", "--new-tokens", "512"]).new_tokens == 512
+    monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path / "results"))
+    study = get_profile("smoke").gpu
+    world = gpu.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
+    for new_tokens in (3, 11):
+        short = dataclasses.replace(study, new_tokens=new_tokens)
+        run = gpu.run_benchmark(world, "dspark", ["Solve 2 + 2.", "Write a haiku."], short, seed=0)
+        assert run.acceptance.tokens <= 2 * new_tokens and run.acceptance.rounds >= 2
