@@ -175,7 +175,7 @@ def _check_positions(model: PreTrainedModel, needed: int) -> None:
 def _prefill(model: PreTrainedModel, rows: int, context_len: int, generator: torch.Generator) -> DynamicCache:
     """A cache holding `rows` random contexts of `context_len` tokens each. Only the last
     position's logits are computed: full-vocabulary logits of 64 x 256 positions of
-    Qwen3-4B would take 4.6 GiB."""
+    Qwen3-4B would take 4.6 GiB in bf16."""
     device = _model_device(model)
     context = torch.randint(0, model.config.vocab_size, (rows, context_len), generator=generator).to(device)
     cache = new_cache(model)

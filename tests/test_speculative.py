@@ -368,10 +368,8 @@ def test_generation_stops_at_any_of_several_end_ids(target, close_drafter):
     first of them, in both decoders; one id still works."""
     prompt = torch.tensor(PROMPTS[0])
     full = autoregressive_generate(target, prompt, 30, 0.0, None).tolist()
-    first = first_occurrences(full)
-    late, early = sorted((i, t) for t, i in first.items() if i >= 3)[-2:][::-1], None
-    (late_index, late_id), (early_index, early_id) = late[0], late[1]
-    assert early_index < late_index
+    (early_index, early_id), (late_index, late_id) = sorted((i, t) for t, i in first_occurrences(full).items())[-2:]
+    assert 3 <= early_index < late_index
     for ends, stop in [((late_id, early_id), early_index), ([late_id], late_index), (late_id, late_index)]:
         expected = torch.tensor(full[: stop + 1])
         assert torch.equal(autoregressive_generate(target, prompt, 30, 0.0, None, eos_token_id=ends), expected)
