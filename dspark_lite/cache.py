@@ -117,9 +117,11 @@ def work_folder(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = 
 
 @contextlib.contextmanager
 def exclusive(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock named after `folder` (one builder per artifact across processes)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+    """Hold an exclusive lock named after `folder` (one builder per artifact across processes);
+    the lock files live in the cache's hidden `.locks/`."""
+    locks = folder.parent / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
