@@ -674,7 +674,8 @@ def measure_part(world: World, prompts: Mapping[str, Sequence[str]], study: GpuS
                  world_size: int = 1) -> dict[str, Any]:
     """This rank's share of Table 1 (chapter 07): prompts rank, rank + W, ... of every benchmark,
     each seeded with seed + its index in the benchmark (so the pooled rounds do not depend on W),
-    as a JSON-able part: per drafter and benchmark the round records, tokens and phase seconds."""
+    as a JSON-able part: per drafter and benchmark the round records ([proposed, accepted,
+    confidences, ended_in_draft] each), tokens and phase seconds."""
     part: dict[str, Any] = {"rank": rank, "world_size": world_size, "runs": {}}
     for kind in world.drafters:
         part["runs"][kind] = {}
@@ -683,7 +684,7 @@ def measure_part(world: World, prompts: Mapping[str, Sequence[str]], study: GpuS
             run = run_benchmark(world, kind, [texts[i] for i in indices], study, seed, f"{kind}: {name}", indices)
             part["runs"][kind][name] = {
                 "rounds": [[r.proposed, r.accepted, None if r.confidences is None else
-                            [float(c) for c in torch.as_tensor(r.confidences).flatten()]]
+                            [float(c) for c in torch.as_tensor(r.confidences).flatten()], bool(r.ended_in_draft)]
                            for r in run.acceptance.records or []],
                 "tokens": run.acceptance.tokens, "seconds": run.seconds}
     return part
@@ -703,8 +704,8 @@ def merge_parts(parts: Sequence[Mapping[str, Any]], gamma: int) -> dict[str, dic
             for name, run in by_bench.items():
                 slot = merged.setdefault(kind, {}).setdefault(name, {"rounds": [], "tokens": 0,
                                                                      "seconds": dict.fromkeys(PHASES, 0.0)})
-                slot["rounds"] += [RoundRecord(int(p), int(a), None if c is None else torch.tensor(c))
-                                   for p, a, c in run["rounds"]]
+                slot["rounds"] += [RoundRecord(int(p), int(a), None if c is None else torch.tensor(c), bool(ended))
+                                   for p, a, c, ended in run["rounds"]]
                 slot["tokens"] += int(run["tokens"])
                 for phase in PHASES:
                     slot["seconds"][phase] += float(run["seconds"][phase])

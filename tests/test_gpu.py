@@ -165,19 +165,20 @@ def test_merge_pools_the_ranks_parts() -> None:
     """torchrun: rank 0 merges every rank's part into one run; a missing or repeated rank is an error."""
     def part(rank: int, rounds: list) -> dict:
         return {"rank": rank, "world_size": 2, "runs": {"dspark": {"gsm8k": {
-            "rounds": rounds, "tokens": sum(a + 1 for _, a, _ in rounds),
+            "rounds": rounds, "tokens": sum(a + 1 for _, a, _, _ in rounds),
             "seconds": {"prefill": 0.1, "draft": 0.2, "verify": 0.3, "overhead": 0.4}}}}}
 
     c = [0.9] * 7
-    parts = [part(0, [[7, 7, c], [7, 2, c]]), part(1, [[7, 0, c]])]
+    # rank 1's last round accepted 3 drafts, the third an end token: 3 tokens, no bonus (DeepSpec)
+    parts = [part(0, [[7, 7, c, False], [7, 2, c, False]]), part(1, [[7, 0, c, False], [3, 3, c[:3], True]])]
     runs = gpu.merge_parts(json.loads(json.dumps(parts)), gamma=7)
     run = runs["dspark"]["gsm8k"]
-    assert run.acceptance.rounds == 3 and run.acceptance.tau == pytest.approx((8 + 3 + 1) / 3)
-    assert run.seconds["verify"] == pytest.approx(0.6) and run.acceptance.tokens == 12
-    assert [r.accepted for r in run.acceptance.records] == [7, 2, 0]
-    assert gpu.block_records(runs["dspark"], 7).confidences.shape == (3, 7)
+    assert run.acceptance.rounds == 4 and run.acceptance.tau == pytest.approx((8 + 3 + 1 + 3) / 4)
+    assert run.seconds["verify"] == pytest.approx(0.6) and run.acceptance.tokens == 8 + 3 + 1 + 4
+    assert [(r.accepted, r.ended_in_draft) for r in run.acceptance.records] == [(7, False), (2, False), (0, False), (3, True)]
+    assert gpu.block_records(runs["dspark"], 7).confidences.shape == (3, 7)  # full blocks only
     overheads = gpu.engine_overheads(runs)
-    assert overheads.loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 3)
+    assert overheads.loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 4)
     with pytest.raises(ValueError, match="one part per rank"):
         gpu.merge_parts(parts[:1], gamma=7)
     with pytest.raises(ValueError, match="one part per rank"):
