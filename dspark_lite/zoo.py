@@ -254,6 +254,7 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
         for domain, r in report.items():
             arrays[f"{domain}/proposed"] = np.array([x.proposed for x in r.records])
             arrays[f"{domain}/accepted"] = np.array([x.accepted for x in r.records])
+            arrays[f"{domain}/ended_in_draft"] = np.array([x.ended_in_draft for x in r.records])
             if any(x.confidences is not None for x in r.records):  # a last-token round has none
                 arrays[f"{domain}/confidences"] = np.stack([_padded(x.confidences, recipe.block_size)
                                                             for x in r.records])
@@ -265,9 +266,10 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
         for domain, fields in summary.items():
             proposed, accepted = arrays[f"{domain}/proposed"], arrays[f"{domain}/accepted"]
             confidences = arrays[f"{domain}/confidences"] if f"{domain}/confidences" in arrays else None
+            ended = arrays[f"{domain}/ended_in_draft"]
             records = [speculative.RoundRecord(int(p), int(a), None if confidences is None or p == 0
-                                               else torch.from_numpy(confidences[i, :p]))
-                       for i, (p, a) in enumerate(zip(proposed, accepted))]
+                                               else torch.from_numpy(confidences[i, :p]), bool(e))
+                       for i, (p, a, e) in enumerate(zip(proposed, accepted, ended))]
             report[domain] = evaluation.DomainAcceptance(**fields, records=records)
         return report
 

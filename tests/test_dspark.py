@@ -129,7 +129,7 @@ def test_verifier_receives_the_corrected_probabilities_of_the_sampled_chain(targ
 
     monkeypatch.setattr(speculative, "verify_block", spy)
     prompt = random_ids(21, 6)
-    rollout = speculative_generate(target, drafter, prompt, 24, GAMMA, 1.0, torch.Generator().manual_seed(2))
+    rollout = speculative_generate(target, drafter, prompt, 24, GAMMA, 1.0, torch.Generator().manual_seed(2), validate=True)
     sequence = torch.cat([prompt, rollout.tokens])
     position = prompt.shape[0]  # the first anchor: the prefill's token
     assert len(judged) == len(rollout.rounds) >= 3
