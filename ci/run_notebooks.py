@@ -98,7 +98,10 @@ def _watched_client(nb, name: str, stall: float, echo_every: float, **kwargs):
             now = time.monotonic()
             self.last_output = now
             if msg["msg_type"] == "stream":
-                line = last_progress_line(msg["content"].get("text", ""))
+                text = msg["content"].get("text", "")
+                for resumed in re.findall(r"[^\r\n]*resuming from the checkpoint[^\r\n]*", text):
+                    print(f"    [{name}] {resumed.strip()}", flush=True)  # the log says from which step
+                line = last_progress_line(text)
                 if line and now - self.last_echo >= echo_every:
                     self.last_echo = now
                     elapsed = now - self.started

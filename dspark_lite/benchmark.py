@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
@@ -29,12 +29,20 @@ def ours(target: PreTrainedModel, drafter, max_new_tokens: int, gamma: int, temp
     return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, gamma, temperature, generator, eos).tokens
 
 
+# The values that switch each of transformers' logits processors off. Anything left None in a
+# GenerationConfig is filled from the model's own generation config (Qwen3-4B's: top-k 20, top-p
+# 0.95, temperature 0.6), so plain sampling at T must say "off" explicitly.
+SAMPLING_OFF: dict[str, Any] = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+                                "eta_cutoff": 0.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+
+
 def assisted(target: PreTrainedModel, draft_model: PreTrainedModel, max_new_tokens: int, gamma: int,
              temperature: float, eos: int | Sequence[int] | None, pad: int) -> Decoder:
-    """transformers' assisted generation with a fixed number of draft tokens per round."""
+    """transformers' assisted generation with a fixed number of draft tokens per round, sampling
+    at `temperature` with every warper off (greedy at 0)."""
+    sampling = dict(do_sample=True, temperature=temperature, **SAMPLING_OFF) if temperature > 0 else dict(do_sample=False)
     config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or None,
-        top_k=None, top_p=None, eos_token_id=eos, pad_token_id=pad,
+        max_new_tokens=max_new_tokens, **sampling, eos_token_id=eos, pad_token_id=pad,
         num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
 
     def decode(ids: torch.Tensor) -> torch.Tensor:

@@ -6,15 +6,16 @@ drafting with gamma tokens per round, temperature 1.0 for target and drafter ali
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import corpus
 from .speculative import Drafter, RoundRecord, conditional_acceptance, prefix_survival, speculative_generate, tau
-from .world import ToyWorld
+
+if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path
+    from .world import ToyWorld
 
 
 @dataclass
@@ -47,12 +48,15 @@ def summarize(domain: str, rounds: Sequence[RoundRecord], gamma: int, tokens: in
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
                        samples: int = 1, temperature: float = 1.0, seed: int = 0,
-                       domains: Sequence[str] = corpus.DOMAINS, desc: str = "acceptance",
+                       domains: Sequence[str] | None = None, desc: str = "acceptance",
                        keep_records: bool = False) -> dict[str, DomainAcceptance]:
     """Speculative generation, `samples` times each, on the first `n_prompts` held-out prompts
     of each domain; returns {domain: DomainAcceptance}, with every round's record if
     `keep_records` (chapter 05 calibrates on them). Seeded: the same call gives the same
-    numbers."""
+    numbers. `domains` default: all of the corpus's."""
+    from . import corpus
+
+    domains = corpus.DOMAINS if domains is None else domains
     if min(n_prompts, new_tokens, gamma, samples) < 1:
         raise ValueError(f"need n_prompts, new_tokens, gamma and samples >= 1, got {n_prompts}, {new_tokens}, "
                          f"{gamma}, {samples}")

@@ -551,11 +551,7 @@ def memory_table(target_config: Any, drafter_folders: Mapping[str, str | Path], 
 
 # ========================================================================== wall clock
 
-# The values that switch each of transformers' logits processors off. Anything left None in a
-# GenerationConfig is filled from the model's own generation config (Qwen3-4B's: top-k 20, top-p
-# 0.95, temperature 0.6), so plain sampling at T must say "off" explicitly.
-SAMPLING_OFF: dict[str, Any] = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
-                                "eta_cutoff": 0.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+SAMPLING_OFF = benchmark.SAMPLING_OFF
 
 
 def baseline_generation_config(max_new_tokens: int, temperature: float, eos: int | Sequence[int] | None,

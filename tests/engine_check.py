@@ -41,6 +41,7 @@ def tiny_target(seed: int = 0) -> Qwen3ForCausalLM:
 
 
 def noisy_copy(model: Qwen3ForCausalLM, seed: int, noise: float) -> Qwen3ForCausalLM:
+    """A drafter that agrees with `model` often but not always (also used by test_speculative)."""
     torch.manual_seed(seed)
     drafter = copy.deepcopy(model)
     with torch.no_grad():

@@ -206,13 +206,15 @@ def test_failing_notebook_names_the_cell_and_exception(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "bad.ipynb").is_file()  # partial output kept for inspection
 
 
-def test_a_silent_cell_is_stopped_but_a_cell_that_progresses_is_not(tmp_path: Path) -> None:
+def test_a_silent_cell_is_stopped_but_a_cell_that_progresses_is_not(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     src = notebook(tmp_path / "slow.ipynb")
     nb = nbformat.read(src, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(  # prints every 0.5 s for 6 s: twice the stall limit
-        "import time\nfrom tqdm.auto import tqdm\nfor _ in tqdm(range(12), mininterval=0):\n    time.sleep(0.5)"))
+        "import time\nfrom tqdm.auto import tqdm\nprint('train x: resuming from the checkpoint at step 3 of 9')\n"
+        "for _ in tqdm(range(12), mininterval=0):\n    time.sleep(0.5)"))
     nbformat.write(nb, src)
     run_notebook(src, tmp_path / "out" / "slow.ipynb", "smoke", tmp_path / "results", stall=3)
+    assert "[slow] train x: resuming from the checkpoint at step 3 of 9" in capsys.readouterr().out
     text = "".join(o.get("text", "") for o in nbformat.read(tmp_path / "out" / "slow.ipynb", 4).cells[-1].outputs)
     assert "12/12" in text and "it/s" in text, "the executed notebook keeps the bar's last line, with its rate"
 

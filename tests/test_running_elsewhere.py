@@ -76,9 +76,6 @@ def test_headless_help_without_notebook_modules(tmp_path: Path) -> None:
         assert flag in done.stdout, flag
 
 
-@pytest.mark.xfail(strict=True, reason="dspark_lite/evaluation.py (the engine's module) imports corpus, and with it "
-                   "`datasets`, at module level for the toy world's measure_acceptance; importing corpus/world there "
-                   "lazily makes this pass (then remove this mark)")
 def test_headless_path_does_not_import_datasets(tmp_path: Path) -> None:
     done = _headless(["--help"], tmp_path, 120, NOTEBOOK_ONLY + ("datasets",))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -6,12 +6,12 @@ random seed (chi-square p-values, and a TV bound with a McDiarmid margin).
 """
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
 import pytest
 import torch
+from engine_check import noisy_copy
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite import speculative
@@ -56,16 +56,6 @@ def tiny_qwen3(seed: int, vocab_size: int = 16, num_layers: int = 2, logit_scale
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return model
-
-
-def noisy_copy(model: Qwen3ForCausalLM, seed: int, noise: float) -> Qwen3ForCausalLM:
-    """A drafter that agrees with `model` often but not always."""
-    torch.manual_seed(seed)
-    drafter = copy.deepcopy(model)
-    with torch.no_grad():
-        for parameter in drafter.parameters():
-            parameter.add_(noise * parameter.std() * torch.randn_like(parameter))
-    return drafter
 
 
 def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
