@@ -156,7 +156,7 @@ def load_or_build(
         work = work_folder(kind, config, code, root)
         work.mkdir(parents=True, exist_ok=True)
         build(work)
-        (work / resume.FILE).unlink(missing_ok=True)
+        resume.Checkpointer(work).clear()  # a finished artifact carries no checkpoint
         write_manifest(work, config)
         os.replace(work, folder)
     return load(folder)

@@ -66,15 +66,17 @@ class Checkpointer:
         """Write `state` atomically: a reader sees the previous checkpoint or this one, never half of one."""
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp = self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
         torch.save(state, tmp)
         os.replace(tmp, self.path)
         self._last = time.monotonic()
 
     def clear(self) -> None:
-        """Delete the checkpoint (the training finished)."""
+        """Delete the checkpoint (the training finished), and any half-written one a kill left."""
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+            for partial in self.path.parent.glob(f"{self.path.name}.tmp*"):
+                partial.unlink()
 
 
 def rng_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
