@@ -5,7 +5,8 @@
 Serves HTML_DIR on 127.0.0.1 and drives Debian's Chromium (Playwright's sync API, no downloaded
 browser). A page fails on: a request to any non-local URL (aborted and recorded: the book must
 work offline), a local file that does not load, an image that does not load, a JavaScript error,
-a Python traceback or error output, widgets or math that do not render, and, for a chapter page,
+a Python traceback or error output, widgets or math that do not render, TeX source left as text
+outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), and, for a chapter page,
 no figure (an <img> or inline <svg> in a cell output or a figure). A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
 saved in the screenshot folder.
@@ -58,6 +59,24 @@ JS_WIDGETS_RENDERED = """() => {
 }"""
 JS_MATH_RENDERED = """() => document.querySelectorAll('.math').length === 0
     || document.querySelectorAll('mjx-container').length > 0"""
+# Text a reader sees that is still TeX: everything but code, typeset math and scripts, searched for
+# a dollar sign, a backslash command, or a sub/superscript group.
+JS_LITERAL_TEX = r"""() => {
+    const skip = 'pre, code, kbd, samp, script, style, mjx-container, .highlight, .cell_input, .MathJax';
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    const tex = /\$|\\[A-Za-z]+|[_^]\{/;
+    const found = [];
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const parent = n.parentElement;
+        if (!parent || parent.closest(skip) || parent.offsetParent === null) continue;
+        const m = n.textContent.match(tex);
+        if (m) {
+            const i = Math.max(0, m.index - 30);
+            found.push(n.textContent.slice(i, m.index + 40).replace(/\s+/g, ' ').trim());
+        }
+    }
+    return found;
+}"""
 REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
 
 
@@ -196,6 +215,8 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
                 found.append(f"widgets did not render within {wait_ms / 1000:g} s")
             if not page.evaluate(JS_MATH_RENDERED):
                 found.append(f"math did not render (MathJax) within {wait_ms / 1000:g} s")
+        found += [f"TeX source shown as text (display math must be a paragraph of its own): ...{t}..."
+                  for t in page.evaluate(JS_LITERAL_TEX)[:5]]
         # images may be lazy: ask for all of them, then wait until each has loaded or failed
         page.evaluate("() => Promise.all(Array.from(document.images).map(i => "
                       "{ i.loading = 'eager'; return i.decode().catch(() => null); }))")

@@ -3,11 +3,13 @@
     python ci/check_notebooks.py          # exit 1 and print the problems, if any
 
 Checks: no outputs and no execution counts, every cell has an id, exactly one code cell tagged
-`parameters`, every toc chapter exists, and every `chapters/*.ipynb` is in the toc.
+`parameters`, display math (`$$ ... $$`) is a paragraph of its own (MyST leaves it as raw text
+otherwise), every toc chapter exists, and every `chapters/*.ipynb` is in the toc.
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -16,6 +18,7 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
 
 from ci.toc import REPO, toc_notebooks
 
+DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
 CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
 
 
@@ -38,12 +41,31 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
     if no_id:
         problems.append(f"{name}: cells {no_id} have no id; save the notebook with nbformat >= 4.5 "
                         "(Jupyter does this) so every cell gets one")
+    for i, c in enumerate(cells):
+        if c.get("cell_type") == "markdown":
+            source = c.get("source", "")
+            for math in display_math_problems(source if isinstance(source, str) else "".join(source)):
+                problems.append(f"{name}: cell {i}: display math '{math}...' shares a paragraph with text; "
+                                "put a blank line before and after it")
     params = [i for i, c in enumerate(cells)
               if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(params) != 1:
         found = "none" if not params else f"{len(params)} (cells {params})"
         problems.append(f"{name}: expected exactly one code cell tagged `parameters` "
                         f"(defining PROFILE = \"full\", DEVICE, SEED), found {found}")
+    return problems
+
+
+def display_math_problems(markdown: str) -> list[str]:
+    """Display-math blocks that share a paragraph with text: MyST typesets `$$ ... $$` only when a
+    blank line (or the cell's edge) stands before and after it."""
+    problems = []
+    for m in DISPLAY_MATH.finditer(markdown):
+        before, after = markdown[: m.start()], markdown[m.end():]
+        alone_before = before.strip() == "" or before.rstrip(" ").endswith("\n\n")
+        alone_after = after.strip() == "" or after.lstrip(" ").startswith("\n\n")
+        if not (alone_before and alone_after):
+            problems.append(m.group(0).replace("\n", " ")[:60])
     return problems
 
 

@@ -58,7 +58,10 @@ PLANTED = {  # page -> HTML; each chapter but "clean" carries exactly one defect
     "index.html": page("", head='<meta http-equiv="Refresh" content="0; url=chapters/clean.html" />'),
     "old.html": page("", head='<meta http-equiv="Refresh" content="0; url=gone.html" />'),
     "chapters/clean.html": page("<h1>Clean</h1>" + FIGURE
-                                + '<div class="cell_output"><svg width="10" height="10"></svg></div>'),
+                                + '<div class="cell_output"><svg width="10" height="10"></svg></div>'
+                                + '<pre>price = "$5"  # code may hold $ and \\alpha</pre>'),
+    "chapters/literal_tex.html": page(  # what MyST made of display math inside a paragraph
+        FIGURE + "<p>the verification batch holds $$B(l) = \\sum_r (1 + l_r)$$ tokens</p>"),
     "chapters/broken_image.html": page(FIGURE + '<div class="cell_output"><img src="../missing.png"></div>'),
     "chapters/traceback.html": page(
         FIGURE + '<div class="output traceback"><pre>Traceback (most recent call last):\n'
@@ -103,6 +106,11 @@ def test_vendored_widgets_and_math_render_offline(planted: dict[str, list[str]])
 def test_widgets_and_math_that_do_not_render_fail(planted: dict[str, list[str]]) -> None:
     assert any("widgets did not render" in p for p in planted["chapters/widgets_no_js.html"])
     assert any("math did not render" in p for p in planted["chapters/widgets_no_js.html"])
+
+
+def test_tex_left_as_text_fails(planted: dict[str, list[str]]) -> None:
+    problems = planted["chapters/literal_tex.html"]
+    assert len(problems) == 1 and "TeX source shown as text" in problems[0] and "\\sum_r" in problems[0]
 
 
 def test_redirect_to_a_missing_page_fails(planted: dict[str, list[str]]) -> None:
@@ -158,6 +166,18 @@ def notebook(path: Path, *, parameters: bool = True, outputs: bool = False) -> P
 
 def test_clean_notebook_passes(tmp_path: Path) -> None:
     assert check_notebook(notebook(tmp_path / "a.ipynb")) == []
+
+
+def test_display_math_must_be_its_own_paragraph(tmp_path: Path) -> None:
+    path = notebook(tmp_path / "m.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].source = "# T\n\nthe batch holds\n$$B = \\sum_r l_r$$\nwhere r runs over requests"
+    nbformat.write(nb, path)
+    problems = check_notebook(path)
+    assert len(problems) == 1 and "cell 0: display math" in problems[0] and "blank line" in problems[0]
+    nb.cells[0].source = "# T\n\nthe batch holds\n\n$$B = \\sum_r l_r$$\n\nwhere r runs over requests"
+    nbformat.write(nb, path)
+    assert check_notebook(path) == []
 
 
 def test_missing_parameters_cell_is_named(tmp_path: Path) -> None:
