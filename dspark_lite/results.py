@@ -67,6 +67,39 @@ def save_result(name: str, payload: dict[str, Any], profile: str, device: str = 
     return out
 
 
+def glue(name: str, value: Any, fmt: str = "") -> str:
+    """Put a measured number or a run-chosen phrase into the chapter's prose; return its text.
+
+    The prose cites it as {glue:md}`name`: myst-nb fills it in from the executed notebook, so a
+    sentence states what *this* run measured (`ci/check_prose.py` refuses measured numbers typed
+    into the text). `value` is formatted with `fmt` ("" = str). Words work too: glue a verdict
+    chosen by the result ("beats" / "does not beat") so the sentence reads true either way.
+    Without myst-nb (on Colab) nothing is glued and the text is only returned.
+    """
+    text = format(value, fmt) if fmt else str(value)
+    try:
+        from IPython.display import Markdown
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return text
+    myst_glue(name, Markdown(text), display=False)
+    return text
+
+
+def run_shows(rows: list[tuple[str, str, str, bool | None]]) -> "Any":
+    """The box that ends a chapter: what the paper claims, what this run measured, and whether it
+    reproduced (True, False, or None for a claim this machine cannot test), as a table."""
+    import pandas as pd
+
+    verdict = {True: "reproduced", False: "not reproduced", None: "not testable here"}
+    for row in rows:
+        if len(row) != 4 or row[3] not in verdict:
+            raise ValueError(f"each row is (claim, paper, this run, True/False/None), got {row!r}")
+    frame = pd.DataFrame([(claim, paper, measured, verdict[ok]) for claim, paper, measured, ok in rows],
+                         columns=["claim", "paper", "this run", "verdict"])
+    return frame.style.hide(axis="index").set_caption("What this run shows")
+
+
 def load_results(folder: Path | None = None) -> dict[str, dict[str, Any]]:
     """All result files in a folder (default results_dir()), keyed by name."""
     folder = Path(folder) if folder is not None else results_dir()

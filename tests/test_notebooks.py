@@ -17,6 +17,7 @@ import pytest
 from ci.browser_check import ChromiumNotFound, check_site, toc_pages
 from ci.build_book import BuildError, build_book
 from ci.check_notebooks import check_book
+from ci.check_prose import missing_glue
 from ci.run_notebooks import NotebookFailed, run_notebook
 from ci.toc import REPO, toc_notebooks
 
@@ -42,6 +43,8 @@ def test_notebook_smoke(nb: Path) -> None:
         FAILED.append(nb.stem)
         pytest.fail(str(e), pytrace=False)
     print(f"{nb.stem}: {seconds:.1f} s")
+    unglued = missing_glue(EXECUTED / nb)
+    assert not unglued, f"{nb}: the prose cites glue keys no cell glued: {unglued}"
 
 
 def test_smoke_book_renders_in_a_browser() -> None:

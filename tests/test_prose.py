@@ -1,0 +1,46 @@
+"""The prose check (ci/check_prose.py): a measured number typed into a chapter's text fails it;
+glued numbers, the paper's numbers and recipe counts pass."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+from ci.check_prose import check_notebook, measured_numbers
+from dspark_lite import results
+
+
+def test_a_typed_in_measurement_fails() -> None:
+    for sentence in ["DFlash reaches 4.62 tokens per round on math.",
+                     "STS lowers the ECE by 25.7%.",
+                     "The race ran 2.1x faster.",
+                     "Training took 431 s and the chapter 14 minutes.",
+                     "a 3.67M-parameter target",
+                     "the scheduler needs 205 us per call"]:
+        assert measured_numbers(sentence), sentence
+
+
+def test_glued_paper_and_recipe_numbers_pass() -> None:
+    for sentence in ["DFlash reaches {glue:md}`dflash_tau_math` tokens per round.",
+                     "The paper's DFlash reaches {paper}`4.80` on math and gains {paper}`+16.3%`.",
+                     "## 3.5 tau per domain",
+                     "Sections 3.2.1 and 3.3 of the paper; Eq. 2 and Figure 4.",
+                     "a 4-layer target trained for 1200 steps on Qwen3-4B's recipe, gamma = 7",
+                     "the code `x = 4.62` and the math $\\tau = 4.62$",
+                     "transformers 5.10.2 and torch 2.13.0"]:
+        assert measured_numbers(sentence) == [], sentence
+
+
+def test_the_check_fails_on_a_planted_sentence_and_names_it(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T\n\nDSpark gains {glue:md}`gain` over DFlash."),
+                nbformat.v4.new_markdown_cell("On this run the head adds 24.5% in every domain.")]
+    path = tmp_path / "ch.ipynb"
+    nbformat.write(nb, path)
+    problems = check_notebook(path, "chapters/ch.ipynb")
+    assert len(problems) == 1 and problems[0].startswith("chapters/ch.ipynb: cell 1: '24.5%'")
+
+
+def test_glue_returns_the_formatted_text() -> None:
+    assert results.glue("tau_math", 4.6234, ".2f") == "4.62"
+    assert results.glue("verdict", "beats") == "beats"
