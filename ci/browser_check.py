@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 if __package__ in (None, ""):  # run as a script: make `ci` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.toc import REPO, toc_files
+from ci.toc import REPO, toc_notebooks
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -112,8 +112,9 @@ def site_pages(html_dir: Path) -> list[str]:
 
 
 def toc_pages(root: Path = REPO) -> list[str]:
-    """The book's chapter pages as the toc lists them (preface included)."""
-    return [f"{f.removesuffix('.ipynb')}.html" for f in toc_files(root)]
+    """The book's notebook pages as the toc lists them (preface included): each must show a figure.
+    Markdown pages (the appendices) are checked like every page, but need no figure."""
+    return [f"{nb.with_suffix('').as_posix()}.html" for nb in toc_notebooks(root)]
 
 
 def _redirect_target(path: Path) -> str | None:

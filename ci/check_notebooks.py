@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `ci` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.toc import REPO, toc_notebooks
+from ci.toc import REPO, toc_markdown, toc_notebooks
 
 DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
 CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
@@ -72,7 +72,7 @@ def display_math_problems(markdown: str) -> list[str]:
 def check_book(root: Path = REPO) -> list[str]:
     """Problems across the book: every toc notebook and every `chapters/*.ipynb` under `root`."""
     try:
-        listed = toc_notebooks(root)
+        listed = toc_notebooks(root) + toc_markdown(root)
     except (OSError, ValueError) as e:
         return [f"_toc.yml: {e}"]
     problems = [f"_toc.yml lists {p} but there is no such file" for p in listed
@@ -80,7 +80,8 @@ def check_book(root: Path = REPO) -> list[str]:
     listed_set = {p.as_posix() for p in listed}
     on_disk = sorted((root / "chapters").glob("*.ipynb"))
     problems += [f"{p.relative_to(root)} is not in _toc.yml; add it (or delete the file)"
-                 for p in on_disk if p.relative_to(root).as_posix() not in listed_set]
+                 for p in [*on_disk, *sorted((root / "chapters").glob("*.md"))]
+                 if p.relative_to(root).as_posix() not in listed_set]
     for p in on_disk:
         problems += check_notebook(p, str(p.relative_to(root)))
     return problems

@@ -30,10 +30,22 @@ def toc_files(root: Path = REPO) -> list[str]:
     return [str(toc["root"])] + _files({k: v for k, v in toc.items() if k != "root"})
 
 
+def _is_page(root: Path, entry: str) -> bool:
+    """A toc entry is a Markdown page (no code, nothing to execute) when its `.md` file exists."""
+    return entry.endswith(".md") or (root / f"{entry}.md").is_file()
+
+
 def toc_notebooks(root: Path = REPO) -> list[Path]:
     """The toc's notebooks in reading order, as paths relative to `root` with `.ipynb` added."""
     out = []
     for f in toc_files(root):
+        if _is_page(root, f):
+            continue
         p = Path(f)
         out.append(p if p.suffix == ".ipynb" else p.with_name(p.name + ".ipynb"))
     return out
+
+
+def toc_markdown(root: Path = REPO) -> list[Path]:
+    """The toc's Markdown pages (appendices such as the glossary), as paths with `.md` added."""
+    return [Path(f) if f.endswith(".md") else Path(f"{f}.md") for f in toc_files(root) if _is_page(root, f)]

@@ -146,7 +146,7 @@ def time_batched_step(target: PreTrainedModel, R: int, lengths: Sequence[int], c
     layout = [1 + int(l) for l in lengths]
     _check_positions(target, _check_positive_int(context_len, "context_len") + max(layout))
     return _median_seconds(target.eval(), [layout], context_len, _check_positive_int(repeats, "repeats"),
-                           warmup, seed, "timing a batched step")[0]
+                           warmup, seed, None)[0]
 
 
 # ========================================================================== 2. packed (varlen) verification
@@ -331,7 +331,7 @@ def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[
     repeats, context_len = _check_positive_int(repeats, "repeats"), _check_positive_int(context_len, "context_len")
     packed, generator = packed_model(target), torch.Generator().manual_seed(seed)
     order, curves = np.random.default_rng(seed), {}
-    for R, sizes in tqdm(sizes_by_R.items(), desc="profiling SPS(B), varlen", leave=False):
+    for R, sizes in tqdm(sizes_by_R.items(), desc="profiling SPS(B), varlen"):
         batch = PackedBatch.prefill(packed, [torch.randint(0, target.config.vocab_size, (context_len,),
                                                            generator=generator) for _ in range(R)])
         lengths = [[q - 1 for q in spread_tokens(b, R)] for b in sizes]
@@ -375,7 +375,9 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
     packed = packed_model(target)
     generator = torch.Generator().manual_seed(seed)
     rows = []
-    for R in tqdm(concurrencies, desc="real batched steps", leave=False):
+    steps = _check_positive_int(steps, "steps")
+    progress = tqdm(total=len(concurrencies) * steps, desc="real batched steps")
+    for R in concurrencies:
         R = _check_positive_int(R, "each concurrency R")
         table = curve_at(curve, R)
         rng = np.random.default_rng([seed, 8, R])
@@ -383,7 +385,7 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
         batch = PackedBatch.prefill(packed, [torch.randint(0, target.config.vocab_size, (context_len,),
                                                            generator=generator) for _ in range(R)])
         totals = {name: np.zeros(4) for name, _ in names}  # tokens, predicted s, varlen s, padded s
-        for _ in range(_check_positive_int(steps, "steps")):
+        for _ in range(steps):
             drawn = np.array([rng.choice(pools[d]) for d in request_domains])
             c, accepted = records.confidences[drawn], records.n_accepted[drawn]
             for k in rng.permutation(len(names)):
@@ -392,7 +394,9 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
                 totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]
+            progress.update()
         for name, (tokens, predicted, varlen, padded) in totals.items():
             rows.append({"R": R, "scheduler": name, "predicted (table)": tokens / predicted,
                          "real, varlen kernel": tokens / varlen, "real, padded": tokens / padded})
+    progress.close()
     return pd.DataFrame(rows)

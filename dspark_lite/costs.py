@@ -212,7 +212,7 @@ def _timed_forward(model: PreTrainedModel, cache: DynamicCache, counts: Sequence
 
 @torch.inference_mode()
 def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_len: int, repeats: int,
-                    warmup: int, seed: int, desc: str) -> list[float]:
+                    warmup: int, seed: int, desc: str | None) -> list[float]:
     """Median seconds of a padded batched forward for each layout (per-request query counts).
 
     One cache of random contexts is prefilled for the largest row count; layouts with fewer
@@ -227,7 +227,7 @@ def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_le
     groups: dict[int, list[int]] = {}
     for index, layout in enumerate(layouts):
         groups.setdefault(len(layout), []).append(index)
-    progress = tqdm(total=len(layouts) * (warmup + repeats), desc=desc, leave=False)
+    progress = tqdm(total=len(layouts) * (warmup + repeats), desc=desc, leave=False, disable=desc is None)
     for rows in sorted(groups, reverse=True):
         cache = full if rows == most else _first_rows(full, rows, model)
         members = groups[rows]

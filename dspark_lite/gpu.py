@@ -55,6 +55,7 @@ from .dspark import DSparkConfig, DSparkDrafter
 from .evaluation import DomainAcceptance, summarize
 from .profiles import GpuStudy, get_profile
 from .results import REPO, committed_results_dir, provenance, results_dir
+from .runtime import quiet_hub_bars
 from .speculative import RoundRecord, speculative_generate
 
 TARGET_ID = "Qwen/Qwen3-4B"
@@ -133,7 +134,8 @@ def load_target(source: str | Path, device: torch.device, dtype: torch.dtype | N
     dtype = dtype or pick_dtype(device)
     local = Path(str(source)).expanduser().is_dir()
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, attn_implementation="sdpa")
+        with quiet_hub_bars():
+            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, attn_implementation="sdpa")
         tok = AutoTokenizer.from_pretrained(str(source))
     except OSError as error:
         if local:
@@ -185,7 +187,8 @@ def build_smoke_world(folder: str | Path, study: GpuStudy, seed: int = 0) -> dic
     torch.manual_seed(seed)
     target = Qwen3ForCausalLM(config).eval()
     paths = {"target": folder / "target", "dspark": folder / "dspark_tiny_block7", "dflash": folder / "dflash_tiny_block7"}
-    target.save_pretrained(paths["target"])
+    with quiet_hub_bars():
+        target.save_pretrained(paths["target"])
     tok.save_pretrained(paths["target"])
     shape = dict(target_layer_ids=tuple(range(study.tiny_layers - 1)), mask_token_id=tok.mask_token_id,
                  block_size=study.gamma, num_layers=study.tiny_draft_layers)

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
+from transformers.utils import logging as hf_logging
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -26,3 +29,16 @@ def seed_everything(seed: int) -> torch.Generator:
     np.random.seed(seed)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+@contextmanager
+def quiet_hub_bars() -> Iterator[None]:
+    """Hide transformers' own "Loading weights" / "Writing model shards" bars while loading or
+    saving a cached model: a chapter shows one progress bar per long cell, its own."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()

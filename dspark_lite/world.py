@@ -14,6 +14,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from . import cache, corpus, target, tokenizer
+from .runtime import quiet_hub_bars
 from .resume import Checkpointer
 from .profiles import Profile, TargetConfig, get_profile
 from .target import TrainHistory
@@ -85,13 +86,15 @@ def _train_lm(folder: Path, cfg: TargetConfig, seed: int, corpus_dir: Path, tok:
     model = target.build_target(cfg, tok, seed=seed)
     history = target.train_causal_lm(model, encode("train"), encode("validation"), cfg, seed=seed, desc=desc,
                                      checkpoint=Checkpointer(folder))
-    model.save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
+    with quiet_hub_bars():
+        model.save_pretrained(str(folder))
+        tok.save_pretrained(str(folder))
     (folder / "history.json").write_text(json.dumps(asdict(history)))
 
 
 def _load_lm(folder: Path) -> tuple[Qwen3ForCausalLM, TrainHistory]:
-    model = Qwen3ForCausalLM.from_pretrained(str(folder), attn_implementation="sdpa")
+    with quiet_hub_bars():
+        model = Qwen3ForCausalLM.from_pretrained(str(folder), attn_implementation="sdpa")
     model.eval()
     history = TrainHistory(**json.loads((folder / "history.json").read_text()))
     return model, history

@@ -16,7 +16,7 @@ from ci import browser_check
 from ci.browser_check import ChromiumNotFound, check_site
 from ci.check_notebooks import check_book, check_notebook
 from ci.run_notebooks import NotebookFailed, run_notebook
-from ci.toc import REPO, toc_notebooks
+from ci.toc import REPO, toc_markdown, toc_notebooks
 
 
 def png(width: int = 4, height: int = 3) -> bytes:
@@ -211,6 +211,17 @@ def test_toc_and_chapters_must_match(tmp_path: Path) -> None:
     problems = check_book(tmp_path)
     assert any("lists chapters/01_b.ipynb but there is no such file" in p for p in problems)
     assert any("chapters/02_stray.ipynb is not in _toc.yml" in p for p in problems)
+
+
+def test_markdown_pages_are_pages_not_notebooks(tmp_path: Path) -> None:
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: chapters/00_a\nchapters:\n  - file: chapters/92_glossary\n")
+    notebook(tmp_path / "chapters" / "00_a.ipynb")
+    (tmp_path / "chapters" / "92_glossary.md").write_text("# Glossary\n")
+    (tmp_path / "chapters" / "93_stray.md").write_text("# Stray\n")
+    assert [p.as_posix() for p in toc_notebooks(tmp_path)] == ["chapters/00_a.ipynb"]
+    assert [p.as_posix() for p in toc_markdown(tmp_path)] == ["chapters/92_glossary.md"]
+    assert check_book(tmp_path) == ["chapters/93_stray.md is not in _toc.yml; add it (or delete the file)"]
 
 
 # ---- notebook runner -------------------------------------------------------------------------
