@@ -4,8 +4,11 @@ Not a timed test: a measurement the chapter runs and writes to the results folde
 """
 from __future__ import annotations
 
+import logging
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable, Sequence
 
 import torch
@@ -46,10 +49,31 @@ def assisted(target: PreTrainedModel, draft_model: PreTrainedModel, max_new_toke
         num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
 
     def decode(ids: torch.Tensor) -> torch.Tensor:
-        out = target.generate(ids[None], generation_config=config, assistant_model=draft_model)
+        with _without_assistant_config_notice():
+            out = target.generate(ids[None], generation_config=config, assistant_model=draft_model)
         return out[0, ids.shape[0]:]
 
     return decode
+
+
+class _AssistantConfigNotice(logging.Filter):
+    """transformers' own assistant loop (AssistedCandidateGenerator, 5.x) calls the draft model's
+    `generate` with a `generation_config` plus `max_new_tokens`, `min_new_tokens` and `use_cache`,
+    and transformers then warns about that call as deprecated. The call is not ours and we cannot
+    change it; that one notice is dropped, every other warning passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Passing `generation_config` together with")
+
+
+@contextmanager
+def _without_assistant_config_notice() -> Iterator[None]:
+    logger, notice = logging.getLogger("transformers.generation.utils"), _AssistantConfigNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
 
 
 @torch.inference_mode()

@@ -60,7 +60,7 @@ def forward_latency_curve(
     order = list(query_counts)
     # Round-robin over q in a fresh random order each repeat, so slow drifts of the machine
     # (frequency, other processes) spread over every q instead of biasing a few.
-    for i in tqdm(range(warmup + repeats), desc="latency vs query tokens", leave=False):
+    for i in tqdm(range(warmup + repeats), desc="latency vs query tokens"):
         for j in torch.randperm(len(order), generator=generator).tolist():
             q = order[j]
             queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
@@ -113,7 +113,7 @@ def compare_draft_latency(
     hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
     generator = torch.Generator().manual_seed(seed)
     times: dict[tuple[str, int], list[float]] = {(name, gamma): [] for name, gamma, _ in entries}
-    for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
+    for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma"):
         for j in torch.randperm(len(entries), generator=generator).tolist():
             name, gamma, drafter = entries[j]
             hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]

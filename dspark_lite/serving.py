@@ -298,7 +298,7 @@ def sweep(records: BlockRecords, schedulers: Sequence[str | Scheduler], curve: S
     grid = list(itertools.product(schedulers, concurrencies))
     rows = [simulate(records, s, curve_at(curve, R), R, steps, domain_mix, np.random.default_rng([seed, int(R)]),
                      gamma).as_row()
-            for s, R in tqdm(grid, desc="serving sweep", leave=False)]
+            for s, R in tqdm(grid, desc="serving sweep")]
     return pd.DataFrame(rows)
 
 

@@ -44,3 +44,11 @@ def test_the_check_fails_on_a_planted_sentence_and_names_it(tmp_path: Path) -> N
 def test_glue_returns_the_formatted_text() -> None:
     assert results.glue("tau_math", 4.6234, ".2f") == "4.62"
     assert results.glue("verdict", "beats") == "beats"
+
+
+def test_the_book_states_no_typed_in_measurement() -> None:
+    """Every chapter's prose: measured numbers are glued from its run or marked as the paper's."""
+    from ci.check_prose import check_book
+
+    problems = check_book()
+    assert not problems, "\n".join(problems)

@@ -615,3 +615,21 @@ def test_race_takes_turns_on_every_prompt_and_counts_tokens():
     assert all(len(r["tokens_per_s_all"]) == 2 and r["tokens_per_s"] > 0 for r in result.values())
     with pytest.raises(ValueError, match="repeats"):
         benchmark.race({"a": decoder("a", 1)}, prompts, repeats=0)
+
+
+def test_only_transformers_own_assistant_notice_is_dropped(caplog) -> None:
+    """benchmark.assisted silences the one deprecation notice transformers raises about its own
+    assistant call; any other warning of that logger still shows."""
+    import logging
+
+    from dspark_lite.benchmark import _without_assistant_config_notice
+
+    logger = logging.getLogger("transformers.generation.utils")
+    with caplog.at_level(logging.WARNING, logger="transformers.generation.utils"):
+        with _without_assistant_config_notice():
+            logger.warning("Passing `generation_config` together with generation-related arguments=({'x'})")
+            logger.warning("something else went wrong")
+        logger.warning("Passing `generation_config` together with generation-related arguments=({'y'})")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["something else went wrong",
+                        "Passing `generation_config` together with generation-related arguments=({'y'})"]
