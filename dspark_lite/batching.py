@@ -1,5 +1,5 @@
 """Batched verification: R requests verified in ONE target forward, padded or packed into a
-varlen kernel, and timed (chapter 06).
+varlen kernel, and timed (chapter 06b).
 
 `batched_verify` verifies R requests with different draft lengths l_r (0 allowed) in ONE
 target forward, then runs each request's rows through `speculative.verify_block`, so each
@@ -109,7 +109,7 @@ def _padded_blocks(contexts: Sequence[Tensor], drafts: Sequence[Draft],
 def batched_verify_logits(target: PreTrainedModel, contexts: Sequence[Tensor],
                           drafts: Sequence[Draft]) -> list[Tensor]:
     """The target's logits [1 + l_r, V] for each request's block [anchor, drafts], all R
-    blocks in ONE forward (chapter 06). contexts[r] is every token so far, ending with the
+    blocks in ONE forward (chapter 06b). contexts[r] is every token so far, ending with the
     anchor; its other tokens are first prefilled into a KV cache (left-padded), standing in
     for the cache a server already holds. The blocks are right-padded; see the module doc."""
     _check_batch(target, contexts, drafts)
@@ -128,7 +128,7 @@ def batched_verify_logits(target: PreTrainedModel, contexts: Sequence[Tensor],
 def batched_verify(target: PreTrainedModel, contexts: Sequence[Tensor], drafts: Sequence[Draft],
                    temperature: float, generator: torch.Generator | None) -> list[tuple[int, int]]:
     """Verify R requests in one target forward: per request (n_accepted, next_token), as
-    `speculative.verify_block` gives on that request's rows (chapter 06). Draft lengths may
+    `speculative.verify_block` gives on that request's rows (chapter 06b). Draft lengths may
     differ, 0 included (a plain target step). Requests are verified in order r = 0..R-1,
     each drawing its uniforms from `generator`, as R one-request calls in that order would."""
     logits = batched_verify_logits(target, contexts, drafts)
@@ -139,7 +139,7 @@ def time_batched_step(target: PreTrainedModel, R: int, lengths: Sequence[int], c
                       seed: int = 0, warmup: int = 2) -> float:
     """Median seconds of one real batched verification forward: R requests, request r
     sending its anchor plus lengths[r] drafted tokens, on cached contexts of `context_len`
-    tokens, blocks right-padded to the longest (chapter 06)."""
+    tokens, blocks right-padded to the longest (chapter 06b)."""
     R = _check_positive_int(R, "R (requests)")
     if len(lengths) != R or any(int(l) != l or l < 0 for l in lengths):
         raise ValueError(f"lengths must be R = {R} integers >= 0 (drafted tokens per request); got {list(lengths)}")
@@ -156,7 +156,7 @@ PACKED_ATTENTION = "dspark_packed_sdpa"  # the name the packed kernel is registe
 
 @dataclass(frozen=True)
 class PackedLayout:
-    """Where R requests sit in one packed forward (chapter 06). Q: the longest query block,
+    """Where R requests sit in one packed forward (chapter 06b). Q: the longest query block,
     K: the longest key span (cached prefix + new tokens) of a request.
 
     q_at [R, Q]: the column of the packed row holding request r's i-th new token (0 at padding);
@@ -175,7 +175,7 @@ class PackedLayout:
 
 def pack_layout(q_lens: Sequence[int], prior_lens: Sequence[int],
                 device: str | torch.device = "cpu") -> PackedLayout:
-    """The layout of one packed forward (chapter 06): request r adds q_lens[r] new tokens after
+    """The layout of one packed forward (chapter 06b): request r adds q_lens[r] new tokens after
     prior_lens[r] cached ones. The cache holds the prefixes one after another (request r's from
     column sum(prior_lens[:r])), and the forward appends the new tokens of every request, in
     order, after all of them."""
@@ -199,7 +199,7 @@ def pack_layout(q_lens: Sequence[int], prior_lens: Sequence[int],
 def packed_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
                      attention_mask: Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                      packed_layout: PackedLayout | None = None, **kwargs: Any) -> tuple[Tensor, None]:
-    """Varlen attention (chapter 06): the R requests' tokens share ONE row; each request's
+    """Varlen attention (chapter 06b): the R requests' tokens share ONE row; each request's
     queries attend to its own keys only, as `packed_layout` says (one batched SDPA call over a
     per-request gather). transformers' own mask is ignored. Registered by
     `register_packed_attention`; the layout reaches it as a keyword of the model's forward."""
@@ -216,13 +216,13 @@ def packed_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value:
 
 def register_packed_attention() -> str:
     """Register `packed_attention` with transformers' AttentionInterface (idempotent); returns
-    its name, PACKED_ATTENTION (chapter 06)."""
+    its name, PACKED_ATTENTION (chapter 06b)."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention)
     return PACKED_ATTENTION
 
 
 def packed_model(target: PreTrainedModel) -> PreTrainedModel:
-    """A copy of the target whose attention is the packed varlen kernel (chapter 06). A copy,
+    """A copy of the target whose attention is the packed varlen kernel (chapter 06b). A copy,
     so the target itself keeps its attention for padded and one-request forwards."""
     model = copy.deepcopy(target)
     model.set_attn_implementation(register_packed_attention())
@@ -238,7 +238,7 @@ def _check_packed(model: PreTrainedModel) -> None:
 @dataclass(eq=False)
 class PackedBatch:
     """R requests' cached prefixes, packed one after another in ONE row of a KV cache, ready
-    for varlen verification forwards (chapter 06). Build it with `PackedBatch.prefill`;
+    for varlen verification forwards (chapter 06b). Build it with `PackedBatch.prefill`;
     `forward` leaves the cache as it found it, so one batch serves many timed steps."""
 
     model: PreTrainedModel
@@ -286,7 +286,7 @@ class PackedBatch:
 
 
 def packed_verify_logits(model: PreTrainedModel, contexts: Sequence[Tensor], drafts: Sequence[Draft]) -> list[Tensor]:
-    """`batched_verify_logits` with the varlen kernel (chapter 06): the logits [1 + l_r, V] of
+    """`batched_verify_logits` with the varlen kernel (chapter 06b): the logits [1 + l_r, V] of
     every request's block [anchor, drafts], all R blocks packed in ONE forward of a
     `packed_model`, on the packed cache of each context minus its anchor."""
     _check_batch(model, contexts, drafts)
@@ -296,7 +296,7 @@ def packed_verify_logits(model: PreTrainedModel, contexts: Sequence[Tensor], dra
 
 def time_packed_step(batch: PackedBatch, lengths: Sequence[int], repeats: int, warmup: int = 2,
                      seed: int = 0) -> float:
-    """Median seconds of one real packed (varlen) verification forward (chapter 06): request r
+    """Median seconds of one real packed (varlen) verification forward (chapter 06b): request r
     of `batch` sends its anchor plus lengths[r] drafted tokens (random ids). The layout is
     built once, untimed; CUDA is synchronised around each timing."""
     if len(lengths) != len(batch.lens) or any(int(l) != l or l < 0 for l in lengths):
@@ -319,7 +319,7 @@ def time_packed_step(batch: PackedBatch, lengths: Sequence[int], repeats: int, w
 def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
                                context_len: int, repeats: int, seed: int = 0) -> dict[int, StepCurve]:
     """SPS(B) per concurrency R, measured with the varlen kernel the server verifies with
-    (chapter 06): `costs.profile_step_curves`' sizes (B from R to R(gamma + 1), spread evenly
+    (chapter 06b): `costs.profile_step_curves`' sizes (B from R to R(gamma + 1), spread evenly
     over exactly R requests), each timed as a `PackedBatch` forward on R cached random contexts
     of `context_len` tokens. After one warm-up pass, `repeats` rounds time every size once, in
     a fresh random order each round (so the machine's drifts hit all sizes alike); the table
@@ -354,7 +354,7 @@ def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[
 def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedulers: Sequence[str | Scheduler],
                          curve: StepCurve | Mapping[int, StepCurve], concurrencies: Sequence[int], steps: int, context_len: int, repeats: int,
                          domains: Sequence[str] | None = None, seed: int = 0) -> pd.DataFrame:
-    """Real batched verification steps against the cost table's prediction (chapter 06).
+    """Real batched verification steps against the cost table's prediction (chapter 06b).
 
     For each R: each request's domain is drawn uniformly from `domains` (None: all the records'
     domains) and R random contexts of `context_len` tokens are cached; then `steps` steps, each

@@ -1,6 +1,6 @@
 """What a forward costs: the target's latency against the number of query tokens (chapter
 01), a drafter's latency against the number of drafted tokens (chapter 03), and the
-steps-per-second table SPS(B) that the scheduler reads (chapter 06).
+steps-per-second table SPS(B) that the scheduler reads (chapter 06b).
 
 Verifying gamma drafted tokens takes ONE target forward over gamma + 1 query tokens on top
 of the cached context. On any hardware that forward costs far less than gamma + 1 separate
@@ -60,7 +60,7 @@ def forward_latency_curve(
     order = list(query_counts)
     # Round-robin over q in a fresh random order each repeat, so slow drifts of the machine
     # (frequency, other processes) spread over every q instead of biasing a few.
-    for i in tqdm(range(warmup + repeats), desc="latency vs query tokens"):
+    for i in tqdm(range(warmup + repeats), desc="latency vs query tokens", leave=False):
         for j in torch.randperm(len(order), generator=generator).tolist():
             q = order[j]
             queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
@@ -113,7 +113,7 @@ def compare_draft_latency(
     hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
     generator = torch.Generator().manual_seed(seed)
     times: dict[tuple[str, int], list[float]] = {(name, gamma): [] for name, gamma, _ in entries}
-    for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma"):
+    for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
         for j in torch.randperm(len(entries), generator=generator).tolist():
             name, gamma, drafter = entries[j]
             hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]
@@ -138,7 +138,7 @@ def _model_device(model: torch.nn.Module) -> torch.device:
 
 def device_meta(model: PreTrainedModel) -> dict[str, Any]:
     """Where a measurement ran: device, its name, torch/transformers versions, threads,
-    dtype and model size (chapter 06). JSON-ready."""
+    dtype and model size (chapter 06b). JSON-ready."""
     device = _model_device(model)
     meta: dict[str, Any] = {
         "device": str(device), "cpu": cpu_name(), "torch": torch.__version__,
@@ -154,7 +154,7 @@ def device_meta(model: PreTrainedModel) -> dict[str, Any]:
 
 def spread_tokens(batch: int, requests: int) -> list[int]:
     """B tokens spread as evenly as possible over min(requests, B) requests: the per-request
-    query counts, longest first (chapter 06). spread_tokens(10, 4) == [3, 3, 2, 2]."""
+    query counts, longest first (chapter 06b). spread_tokens(10, 4) == [3, 3, 2, 2]."""
     rows = min(requests, batch)
     return [batch // rows + (r < batch % rows) for r in range(rows)]
 
@@ -245,7 +245,7 @@ def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_le
 def profile_step_curve(target: PreTrainedModel, batch_sizes: Sequence[int], requests: int, context_len: int,
                        repeats: int, device: str | torch.device | None = None, seed: int = 0,
                        warmup: int = 2) -> StepCurve:
-    """Measure SPS(B), target forward steps per second at B verification tokens (chapter 06).
+    """Measure SPS(B), target forward steps per second at B verification tokens (chapter 06b).
 
     For each B the tokens are spread as evenly as possible over min(requests, B) requests
     (`spread_tokens`), each on a cached random context of `context_len` tokens; one padded
@@ -271,7 +271,7 @@ def profile_step_curve(target: PreTrainedModel, batch_sizes: Sequence[int], requ
 
 
 def concurrency_batch_sizes(requests: int, gamma: int, points: int) -> list[int]:
-    """The batch sizes profiled for concurrency R (chapter 06): `points` sizes spread evenly
+    """The batch sizes profiled for concurrency R (chapter 06b): `points` sizes spread evenly
     from R (every request sends its anchor only) to R(gamma + 1) (every request its whole
     block), both ends included. concurrency_batch_sizes(4, 7, 8) == [4, 8, ..., 32]."""
     requests, gamma, points = (_check_positive_int(v, name) for v, name in
@@ -282,7 +282,7 @@ def concurrency_batch_sizes(requests: int, gamma: int, points: int) -> list[int]
 def profile_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
                         context_len: int, repeats: int, device: str | torch.device | None = None,
                         seed: int = 0) -> dict[int, StepCurve]:
-    """One measured SPS(B) per concurrency R (chapter 06): `profile_step_curve` at
+    """One measured SPS(B) per concurrency R (chapter 06b): `profile_step_curve` at
     `concurrency_batch_sizes(R, gamma, points)` with the tokens spread over exactly R requests.
     A step at concurrency R always carries R requests, and on a CPU their cached contexts
     cost attention time whatever B is, so a table measured with B spread over B requests
@@ -296,7 +296,7 @@ def profile_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], g
 
 
 def curve_at(curves: StepCurve | Mapping[int, StepCurve], requests: int) -> StepCurve:
-    """The step curve that serves concurrency R (chapter 06): `curves` itself when it is one
+    """The step curve that serves concurrency R (chapter 06b): `curves` itself when it is one
     StepCurve, else the one profiled for R (ValueError naming the profiled R when absent)."""
     if isinstance(curves, StepCurve):
         return curves
@@ -330,14 +330,14 @@ def _read_json_object(path: str | Path, what: str, how: str) -> tuple[Path, dict
 
 
 def save_step_curves(curves: Mapping[int, StepCurve], path: str | Path) -> Path:
-    """Write per-concurrency step curves as one JSON object {"R": curve} (chapter 06)."""
+    """Write per-concurrency step curves as one JSON object {"R": curve} (chapter 06b)."""
     if not curves or not all(isinstance(c, StepCurve) for c in curves.values()):
         raise ValueError("curves must be a non-empty mapping R -> StepCurve")
     return _write_json({str(R): c.to_dict() for R, c in sorted(curves.items())}, path)
 
 
 def load_step_curves(path: str | Path) -> dict[int, StepCurve]:
-    """Read per-concurrency step curves written by `save_step_curves` (chapter 06)."""
+    """Read per-concurrency step curves written by `save_step_curves` (chapter 06b)."""
     path, data = _read_json_object(path, "step curves", "profile them with profile_step_curves and save them "
                                                         "with save_step_curves")
     try:
@@ -348,14 +348,14 @@ def load_step_curves(path: str | Path) -> dict[int, StepCurve]:
 
 
 def save_step_curve(curve: StepCurve, path: str | Path) -> Path:
-    """Write a step curve as JSON (sizes, steps_per_second, meta); returns the path (chapter 06)."""
+    """Write a step curve as JSON (sizes, steps_per_second, meta); returns the path (chapter 06b)."""
     if not isinstance(curve, StepCurve):
         raise ValueError(f"curve must be a StepCurve; got {type(curve).__name__}")
     return _write_json(curve.to_dict(), path)
 
 
 def load_step_curve(path: str | Path) -> StepCurve:
-    """Read a step curve written by `save_step_curve` (chapter 06). FileNotFoundError when
+    """Read a step curve written by `save_step_curve` (chapter 06b). FileNotFoundError when
     the file is missing, ValueError when it is not a valid step curve."""
     path, data = _read_json_object(path, "step curve", "profile one with profile_step_curve and save it with "
                                                        "save_step_curve")

@@ -513,7 +513,7 @@ def affordable_concurrencies(config: Any, wanted: Sequence[int], gamma: int, con
 
 
 def profile_costs(world: World, study: GpuStudy, seed: int = 0) -> tuple[dict[int, Any], list[int]]:
-    """Chapter 06's SPS(B) tables on the target, one per concurrency R that fits in free memory
+    """Chapter 06b's SPS(B) tables on the target, one per concurrency R that fits in free memory
     (`affordable_concurrencies`); returns (curves, the R values skipped for memory) (chapter 07)."""
     dtype_bytes = torch.finfo(world.dtype).bits // 8
     fits = affordable_concurrencies(world.target.config, study.concurrencies, study.gamma, study.profile_context,

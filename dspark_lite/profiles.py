@@ -148,7 +148,7 @@ class ConfidenceStudy:
 
 @dataclass(frozen=True)
 class ServingStudy:
-    """Chapter 06's sizes: the cost table, the serving simulator and the real batched step.
+    """Chapters 06 and 06b's sizes: the cost table, the serving simulator and the real batched step.
 
     profile_points / profile_context / profile_repeats: batch sizes B profiled per concurrency R
         (evenly from R to R(gamma + 1), interpolated between), the requests' cached context
@@ -187,8 +187,8 @@ class GpuStudy:
     calibration_fraction / thresholds: the STS split and the static-threshold sweep (chapter 05's).
     race_prompts / race_new_tokens / race_repeats: the wall-clock race of our engine against
         target-only decoding.
-    profile_points / profile_context / profile_repeats: chapter 06's SPS(B) profiler on the
-        target, one table per concurrency; concurrencies / sim_steps / sim_replays: chapter 06's
+    profile_points / profile_context / profile_repeats: chapter 06b's SPS(B) profiler on the
+        target, one table per concurrency; concurrencies / sim_steps / sim_replays: chapter 06b's
         simulator re-run with those tables.
     tiny_*: the fallback world: a random Qwen3 target (hidden size, layers, heads of 16) and a
         random DSpark drafter (draft layers, Markov rank) on a BPE vocabulary of tiny_vocab.

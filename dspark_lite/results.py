@@ -141,16 +141,16 @@ HEADLINES: tuple[tuple[str, str, str, str, str], ...] = (
     ("05", "confidence", "tau_change_with_head_pct", "tau change from adding the confidence head (%)", "-"),
     ("05", "confidence", "acceptance_rise_points.chat", "chat acceptance rate, threshold 0 -> 0.9 (points)", "+50.0 (45.7% -> 95.7%)"),
     ("05", "confidence", "callback_ms_median", "threshold panel callback (ms, median)", "-"),
-    ("06", "scheduler", "gain_over_mtp1", "throughput gain over MTP-1", "+51% (V4 Flash)"),
-    ("06", "scheduler", "gain_over_mtp1_sla2", "throughput gain over MTP-1 at the second (higher-load) SLA point (%)", "+52% (V4 Pro)"),
-    ("06", "scheduler", "gain_over_mtp1_synthetic", "throughput gain over MTP-1, synthetic GPU-like cost table (%)", "+51% (V4 Flash)"),
-    ("06", "scheduler", "min_gain_over_best_baseline_pct", "DSpark vs the best baseline at its worst R, measured CPU table (%)", "-"),
-    ("06", "scheduler", "budget_at_min_R", "DSpark verification budget at the lowest load (tokens/request)", "about 4-6 at moderate load"),
-    ("06", "scheduler", "budget_at_max_R", "DSpark verification budget at the highest load (tokens/request)", "shrinks with load (MTP-1: 2)"),
     ("06", "scheduler", "appendix_a.retrospective", "Appendix A: P(A) under the retrospective search", "0.85"),
     ("06", "scheduler", "appendix_a.causal", "Appendix A: P(A) under Algorithm 1 (lossless: 0.70)", "0.70"),
     ("06", "scheduler", "scheduler_median_us", "Algorithm 1 per call at R = 256, gamma = 7 (us, median)", "-"),
-    ("06", "scheduler", "real_step_ordering_agrees", "real batched steps rank the schedulers as the simulator predicted", "-"),
+    ("06b", "serving", "gain_over_mtp1", "throughput gain over MTP-1", "+51% (V4 Flash)"),
+    ("06b", "serving", "gain_over_mtp1_sla2", "throughput gain over MTP-1 at the second (higher-load) SLA point (%)", "+52% (V4 Pro)"),
+    ("06b", "serving", "gain_over_mtp1_synthetic", "throughput gain over MTP-1, synthetic GPU-like cost table (%)", "+51% (V4 Flash)"),
+    ("06b", "serving", "min_gain_over_best_baseline_pct", "DSpark vs the best baseline at its worst R, measured CPU table (%)", "-"),
+    ("06b", "serving", "budget_at_min_R", "DSpark verification budget at the lowest load (tokens/request)", "about 4-6 at moderate load"),
+    ("06b", "serving", "budget_at_max_R", "DSpark verification budget at the highest load (tokens/request)", "shrinks with load (MTP-1: 2)"),
+    ("06b", "serving", "real_step_ordering_agrees", "real batched steps rank the schedulers as the simulator predicted", "-"),
 )
 
 

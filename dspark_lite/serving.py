@@ -1,4 +1,4 @@
-"""The serving simulator: real rollout records replayed under each scheduler (chapter 06).
+"""The serving simulator: real rollout records replayed under each scheduler (chapter 06b).
 
 `simulate` / `sweep` / `replayed_sweep` replay per-block records (confidences c[N, gamma],
 accepted counts, domains) for R concurrent requests under a scheduler, advancing a clock by
@@ -28,7 +28,7 @@ from .scheduler import (
 
 @dataclass(frozen=True)
 class BlockRecords:
-    """Real per-block rollout records (chapter 06): for N full blocks of gamma drafted tokens,
+    """Real per-block rollout records (chapter 06b): for N full blocks of gamma drafted tokens,
     the confidences c[N, gamma] in (0, 1], how many drafted tokens of the FULL block survived
     verification n_accepted[N] in 0..gamma, and each block's domain label[N]. Arrays are
     stored read-only; a single string for `domains` labels every block."""
@@ -66,7 +66,7 @@ class BlockRecords:
     @classmethod
     def from_rounds(cls, rounds_by_domain: Mapping[str, Sequence[Any]], gamma: int) -> BlockRecords:
         """Collect `speculative.RoundRecord`s (domain -> rounds) into records, keeping the
-        rounds that proposed a full block of `gamma` tokens with confidences (chapter 06)."""
+        rounds that proposed a full block of `gamma` tokens with confidences (chapter 06b)."""
         rows, accepted, domains = [], [], []
         for domain, rounds in rounds_by_domain.items():
             for record in rounds:
@@ -117,7 +117,7 @@ def _checked_domains(domains: Any, size: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SimResult:
-    """One simulated serving run (chapter 06). throughput: tokens/s over all requests;
+    """One simulated serving run (chapter 06b). throughput: tokens/s over all requests;
     per_user: tokens/s per request (throughput / R); mean_budget: mean drafted tokens l_r
     sent to verification per request and step; batch_per_request: mean B / R = 1 +
     mean_budget; tokens_per_step: mean tokens a request gains per step; expected_throughput:
@@ -153,7 +153,7 @@ Choose = Callable[[np.ndarray, np.ndarray, StepCurve], np.ndarray]  # (current, 
 
 def resolve_scheduler(scheduler: str | Scheduler) -> tuple[str, Choose]:
     """A scheduler name or callable -> (name, choose(current, stale, curve) -> lengths)
-    (chapter 06). Names: "dspark" (Algorithm 1), "fixed" (the whole block), "mtp1",
+    (chapter 06b). Names: "dspark" (Algorithm 1), "fixed" (the whole block), "mtp1",
     "threshold" (cut before the first c_k < 0.5; "threshold:0.7" sets the threshold),
     "threshold-cumulative" (cut before the first prefix survival a_k < 0.5; ":t" likewise) and
     "async" (section 5.2: capacity from the confidences of two steps earlier). A callable
@@ -234,7 +234,7 @@ def _check_sim_args(records: BlockRecords, curve: StepCurve, concurrency: Any, s
 def simulate(records: BlockRecords, scheduler: str | Scheduler, curve: StepCurve, concurrency: int, steps: int,
              domain_mix: Mapping[str, float] | None = None, rng: np.random.Generator | None = None,
              gamma: int | None = None, warmup_steps: int = 2) -> SimResult:
-    """Simulate R = `concurrency` requests served for `steps` steps (chapter 06).
+    """Simulate R = `concurrency` requests served for `steps` steps (chapter 06b).
 
     Each request gets a domain drawn from `domain_mix` (None: the records' own mix). Each
     step every request draws one block record of its domain (i.i.d., with `rng`); the
@@ -290,7 +290,7 @@ def sweep(records: BlockRecords, schedulers: Sequence[str | Scheduler], curve: S
           concurrencies: Sequence[int], steps: int, domain_mix: Mapping[str, float] | None = None,
           seed: int = 0, gamma: int | None = None) -> pd.DataFrame:
     """`simulate` over every (scheduler, R): one DataFrame row each, the SimResult fields
-    (chapter 06). Cell (scheduler, R) uses rng = default_rng([seed, R]), so all schedulers
+    (chapter 06b). Cell (scheduler, R) uses rng = default_rng([seed, R]), so all schedulers
     at one R replay the same blocks. `curve`: one step curve for every R, or one per R
     (`costs.profile_step_curves`; `costs.curve_at` picks it)."""
     if not schedulers or not concurrencies:
@@ -304,7 +304,7 @@ def sweep(records: BlockRecords, schedulers: Sequence[str | Scheduler], curve: S
 
 def sla_gain(df: pd.DataFrame, baseline: str = "mtp1", per_user_slas: Sequence[float] | None = None,
              candidate: str = "dspark", tolerance: float = 0.01) -> pd.DataFrame:
-    """Best throughput under per-user speed SLAs (chapter 06; paper section 5).
+    """Best throughput under per-user speed SLAs (chapter 06b; paper section 5).
 
     For each SLA s, each scheduler's best throughput among its rows with per_user >=
     s * (1 - tolerance) (NaN when none meets it), and gain_pct = 100 * (candidate / baseline - 1).
@@ -338,7 +338,7 @@ def sla_gain(df: pd.DataFrame, baseline: str = "mtp1", per_user_slas: Sequence[f
 def replayed_sweep(records: BlockRecords, schedulers: Sequence[str | Scheduler], curve: StepCurve | Mapping[int, StepCurve],
                    concurrencies: Sequence[int], steps: int, replays: int,
                    domain_mix: Mapping[str, float] | None = None, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """`sweep` repeated over `replays` independent replays of `steps` steps each (chapter 06);
+    """`sweep` repeated over `replays` independent replays of `steps` steps each (chapter 06b);
     replay i uses sweep seed `seed * replays + i`. Returns (aggregate, runs): runs holds every
     replay's sweep rows with a `replay` column; aggregate one row per (scheduler, R) with the
     tokens and seconds summed over replays, throughput = tokens / seconds, per_user =
@@ -359,7 +359,7 @@ def replayed_sweep(records: BlockRecords, schedulers: Sequence[str | Scheduler],
 
 def versus_best_baseline(aggregate: pd.DataFrame, runs: pd.DataFrame, baselines: Sequence[str],
                          candidate: str = "dspark", min_margin: float = 0.01) -> pd.DataFrame:
-    """The candidate against the best of `baselines` at every R, within noise (chapter 06).
+    """The candidate against the best of `baselines` at every R, within noise (chapter 06b).
     `aggregate`, `runs`: from `replayed_sweep`. Noise: two standard errors of the paired
     per-replay throughput difference (0 for one replay). "at least the best, within noise":
     candidate >= best - max(noise, min_margin * best). One row per R."""
@@ -378,7 +378,7 @@ def versus_best_baseline(aggregate: pd.DataFrame, runs: pd.DataFrame, baselines:
 
 
 def ordering_agreement(table: pd.DataFrame, column: str, reference: str, tie: float) -> pd.DataFrame:
-    """Does `column` rank the schedulers the way `reference` does (chapter 06)? For every R
+    """Does `column` rank the schedulers the way `reference` does (chapter 06b)? For every R
     and every pair of schedulers (in the table's order) that `reference` separates by more
     than the relative gap `tie`, one row: the pair, both relative gaps in % and whether their
     signs agree. `table`: one row per (R, scheduler) with both columns."""
@@ -397,7 +397,7 @@ def ordering_agreement(table: pd.DataFrame, column: str, reference: str, tie: fl
 def sample_block_records(confidences: Any, domains: Any, rng: np.random.Generator) -> BlockRecords:
     """SYNTHETIC records whose acceptances follow their confidences exactly (perfect
     calibration): token k survives with probability c_k given that tokens < k did
-    (chapter 06; for tests and exercises, not a measurement)."""
+    (chapter 06b; for tests and exercises, not a measurement)."""
     c = _checked_record_confidences(confidences)
     survived = rng.random(c.shape) < c
     return BlockRecords(c, np.cumprod(survived, axis=1).sum(axis=1), domains)

@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.batching (chapter 06): batched verification, padded and packed into a
+"""Tests for dspark_lite.batching (chapter 06b): batched verification, padded and packed into a
 varlen kernel, equals one-request verification, and real batched steps are timed, on a tiny
 random Qwen3 target."""
 from __future__ import annotations

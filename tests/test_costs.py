@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.costs' step-curve profiler (chapter 06): SPS(B) measured on a tiny
+"""Tests for dspark_lite.costs' step-curve profiler (chapter 06b): SPS(B) measured on a tiny
 random Qwen3 target, and its JSON round trip."""
 from __future__ import annotations
 

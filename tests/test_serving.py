@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.serving (chapter 06): the serving simulator, on synthetic block
+"""Tests for dspark_lite.serving (chapter 06b): the serving simulator, on synthetic block
 records and analytic step curves."""
 from __future__ import annotations
 
