@@ -69,6 +69,40 @@ def display_math_problems(markdown: str) -> list[str]:
     return problems
 
 
+PROGRESS_LINE = re.compile(r"\d+%\|.*\| *\d+/\d+ \[")
+WARNING_TEXT = re.compile(r"\b\w*Warning\b|\bwarnings\.warn\b|\bdeprecated\b", re.I)
+
+
+def _visible_lines(text: str) -> list[str]:
+    """Stream text as a reader sees it: a carriage return starts the line over."""
+    return [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+
+
+def output_problems(executed: Path, name: str | None = None) -> list[str]:
+    """What an executed notebook's outputs must not show: a cell with more than one progress bar
+    (the package makes nested bars transient; a cell running several long calls wraps them in one
+    bar of its own), warning text, or anything on stderr."""
+    name = name or str(executed)
+    cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+    problems = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        where = f"cell {i} (id {cell.get('id', '?')})"
+        streams = [out for out in cell.get("outputs", []) if out.get("output_type") == "stream"]
+        text = "".join("".join(out.get("text", "")) for out in streams)
+        bars = [line.strip() for line in _visible_lines(text) if PROGRESS_LINE.search(line)]
+        if len(bars) > 1:
+            problems.append(f"{name}: {where} shows {len(bars)} progress bars: {[b[:40] for b in bars]}")
+        warned = [line.strip() for line in _visible_lines(text) if WARNING_TEXT.search(line)]
+        if warned:
+            problems.append(f"{name}: {where} prints a warning: {warned[0][:120]}")
+        stderr = "".join("".join(out.get("text", "")) for out in streams if out.get("name") == "stderr").strip()
+        if stderr:
+            problems.append(f"{name}: {where} writes to stderr: {stderr[:120]}")
+    return problems
+
+
 def check_book(root: Path = REPO) -> list[str]:
     """Problems across the book: every toc notebook and every `chapters/*.ipynb` under `root`."""
     try:

@@ -4,24 +4,60 @@ A static page cannot update a progress widget: executed headless, tqdm's noteboo
 at its first state ("0%"). In the build, tqdm.auto's bar is tqdm's text bar instead, written to
 stdout every 10 s or so and at the end, so the executed notebook keeps the final line (steps,
 elapsed time, rate) and the runner can echo progress and tell a working cell from a stuck one.
+
+A cell shows one bar, its outermost: a bar opened while another is running prints nothing of
+its own (a text line cannot hold two bars) and instead writes its progress, every 10 s, into
+the outer bar's line, so the output keeps moving while a long inner loop runs.
 In Jupyter and on Colab, nothing here runs and the widgets stay.
 """
-import sys
+import sys as _sys
+import time as _time
 
-import tqdm.auto
-import tqdm.autonotebook
-import tqdm.std
+import tqdm.auto as _tqdm_auto
+import tqdm.autonotebook as _tqdm_autonotebook
+import tqdm.std as _tqdm_std
 
 
-class TextBar(tqdm.std.tqdm):
-    """tqdm's text bar on stdout, redrawn at most every 10 s."""
+class TextBar(_tqdm_std.tqdm):
+    """tqdm's text bar on stdout, redrawn at most every 10 s; nested bars report to the outer one."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("file", sys.stdout)
+        running = [bar for bar in list(_tqdm_std.tqdm._instances)
+                   if bar is not self and isinstance(bar, TextBar) and not getattr(bar, "disable", True)]
+        self._outer = running[0] if running else None
+        if self._outer is not None:
+            kwargs["disable"] = True
+        kwargs.setdefault("file", _sys.stdout)
         kwargs.setdefault("mininterval", 10.0)
         kwargs.setdefault("ncols", 100)
         super().__init__(*args, **kwargs)
+        iterable = args[0] if args else kwargs.get("iterable")
+        self._label = kwargs.get("desc") or "inner"
+        self._size = kwargs.get("total") or (len(iterable) if hasattr(iterable, "__len__") else None)
+        self._count, self._told = kwargs.get("initial", 0), 0.0
+
+    def _tell_outer(self, n):
+        self._count += n
+        now = _time.time()
+        if now - self._told >= 10.0:
+            self._told = now
+            size = f"/{self._size}" if self._size else ""
+            self._outer.set_postfix_str(f"{self._label} {self._count}{size}", refresh=True)
+
+    def update(self, n=1):
+        if self._outer is not None:
+            self._tell_outer(n)
+            return None
+        return super().update(n)
+
+    def __iter__(self):
+        if self._outer is None:
+            yield from super().__iter__()
+            return
+        for item in self.iterable:
+            yield item
+            self._tell_outer(1)
 
 
-tqdm.auto.tqdm = tqdm.autonotebook.tqdm = TextBar
-tqdm.auto.trange = tqdm.autonotebook.trange = lambda *args, **kwargs: TextBar(range(*args), **kwargs)
+_tqdm_auto.tqdm = _tqdm_autonotebook.tqdm = TextBar
+_tqdm_auto.trange = _tqdm_autonotebook.trange = lambda *args, **kwargs: TextBar(range(*args), **kwargs)

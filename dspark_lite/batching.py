@@ -40,9 +40,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 
+from .runtime import progress
 from .costs import (
     _check_positions, _check_positive_int, _median_seconds, _model_device, _sync, concurrency_batch_sizes, curve_at,
     device_meta, spread_tokens,
@@ -331,7 +331,7 @@ def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[
     repeats, context_len = _check_positive_int(repeats, "repeats"), _check_positive_int(context_len, "context_len")
     packed, generator = packed_model(target), torch.Generator().manual_seed(seed)
     order, curves = np.random.default_rng(seed), {}
-    for R, sizes in tqdm(sizes_by_R.items(), desc="profiling SPS(B), varlen"):
+    for R, sizes in progress(sizes_by_R.items(), desc="profiling SPS(B), varlen"):
         batch = PackedBatch.prefill(packed, [torch.randint(0, target.config.vocab_size, (context_len,),
                                                            generator=generator) for _ in range(R)])
         lengths = [[q - 1 for q in spread_tokens(b, R)] for b in sizes]
@@ -376,7 +376,7 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
     generator = torch.Generator().manual_seed(seed)
     rows = []
     steps = _check_positive_int(steps, "steps")
-    progress = tqdm(total=len(concurrencies) * steps, desc="real batched steps")
+    bar = progress(total=len(concurrencies) * steps, desc="real batched steps")
     for R in concurrencies:
         R = _check_positive_int(R, "each concurrency R")
         table = curve_at(curve, R)
@@ -394,9 +394,9 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
                 totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]
-            progress.update()
+            bar.update()
         for name, (tokens, predicted, varlen, padded) in totals.items():
             rows.append({"R": R, "scheduler": name, "predicted (table)": tokens / predicted,
                          "real, varlen kernel": tokens / varlen, "real, padded": tokens / padded})
-    progress.close()
+    bar.close()
     return pd.DataFrame(rows)

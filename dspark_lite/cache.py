@@ -1,8 +1,9 @@
 """The trained-artifact cache (chapter 00).
 
 Artifacts (a tokenizer, a trained target, a drafter) are stored in folders named by a hash
-of the config that built them and of the source code of the modules that built them, so a
-change of either builds afresh. The folder is ``$DSPARK_CACHE`` or, inside a checkout of
+of the config that built them and of the source of the whole `dspark_lite` package (every
+module, so no list of "the modules that built it" can forget one), so a change of either
+builds afresh. The folder is ``$DSPARK_CACHE`` or, inside a checkout of
 the book, ``<repo>/.cache/dspark`` (git-ignored); elsewhere ``~/.cache/dspark_lite``.
 
 A folder is built in a work folder beside it (``.partial-<name>``) and renamed only when
@@ -17,14 +18,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import inspect
 import json
 import os
 import shutil
 import warnings
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from . import __version__, resume
 
@@ -47,14 +46,24 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "dspark_lite"
 
 
-def artifact_key(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = ()) -> str:
-    """A short content hash of (kind, config, package version, source of `code` modules)."""
+PACKAGE = Path(__file__).resolve().parent
+
+
+def package_source_hash(package: Path = PACKAGE) -> str:
+    """sha256 of every `.py` file of the package (path and bytes, in sorted order)."""
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def artifact_key(kind: str, config: dict[str, Any]) -> str:
+    """A short content hash of (kind, config, package version, the whole package's source)."""
     h = hashlib.sha256()
     h.update(kind.encode())
     h.update(json.dumps(config, sort_keys=True, default=str).encode())
     h.update(__version__.encode())
-    for module in code:
-        h.update(inspect.getsource(module).encode())
+    h.update(package_source_hash().encode())
     return h.hexdigest()[:16]
 
 
@@ -93,25 +102,25 @@ def verify_manifest(folder: Path) -> None:
             raise CorruptArtifact(f"{path}: checksum differs from the manifest (corrupt file)")
 
 
-def artifact_folder(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (), root: Path | None = None) -> Path:
+def artifact_folder(kind: str, config: dict[str, Any], root: Path | None = None) -> Path:
     """Where the artifact for (kind, config) is (or would be) cached."""
     root = Path(root) if root is not None else cache_dir()
-    return root / f"{kind}-{artifact_key(kind, config, code)}"
+    return root / f"{kind}-{artifact_key(kind, config)}"
 
 
-def contains(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (), root: Path | None = None) -> bool:
+def contains(kind: str, config: dict[str, Any], root: Path | None = None) -> bool:
     """Whether a complete artifact for (kind, config) is cached (its folder passes its manifest)."""
     try:
-        verify_manifest(artifact_folder(kind, config, code, root))
+        verify_manifest(artifact_folder(kind, config, root))
     except CorruptArtifact:
         return False
     return True
 
 
-def work_folder(kind: str, config: dict[str, Any], code: Iterable[ModuleType] = (), root: Path | None = None) -> Path:
+def work_folder(kind: str, config: dict[str, Any], root: Path | None = None) -> Path:
     """The stable folder where the artifact (kind, config) is built: an interrupted build leaves its
     training checkpoint there, and the next build of the same artifact resumes from it."""
-    folder = artifact_folder(kind, config, code, root)
+    folder = artifact_folder(kind, config, root)
     return folder.parent / f".partial-{folder.name}"
 
 
@@ -134,7 +143,6 @@ def load_or_build(
     config: dict[str, Any],
     build: Callable[[Path], None],
     load: Callable[[Path], T],
-    code: Iterable[ModuleType] = (),
     root: Path | None = None,
 ) -> T:
     """Load the artifact for (kind, config) from the cache, building it first if needed.
@@ -143,8 +151,7 @@ def load_or_build(
     checkpoints there and resumes from what an interrupted build left); `load(folder)` reads them
     back. A corrupt cached folder is reported (warning with path and reason) and rebuilt.
     """
-    code = list(code)
-    folder = artifact_folder(kind, config, code, root)
+    folder = artifact_folder(kind, config, root)
     with exclusive(folder):
         if folder.exists():
             try:
@@ -153,7 +160,7 @@ def load_or_build(
             except Exception as exc:  # corrupt or unloadable: report, then rebuild
                 warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); rebuilding it", stacklevel=2)
                 shutil.rmtree(folder)
-        work = work_folder(kind, config, code, root)
+        work = work_folder(kind, config, root)
         work.mkdir(parents=True, exist_ok=True)
         build(work)
         resume.Checkpointer(work).clear()  # a finished artifact carries no checkpoint

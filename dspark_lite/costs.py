@@ -23,9 +23,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 import transformers
-from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
+from .runtime import progress
 from .kvcache import cache_kwarg, new_cache, remove_tokens
 from .scheduler import StepCurve
 from .speculative import Drafter, target_hidden
@@ -60,7 +60,7 @@ def forward_latency_curve(
     order = list(query_counts)
     # Round-robin over q in a fresh random order each repeat, so slow drifts of the machine
     # (frequency, other processes) spread over every q instead of biasing a few.
-    for i in tqdm(range(warmup + repeats), desc="latency vs query tokens", leave=False):
+    for i in progress(range(warmup + repeats), desc="latency vs query tokens", leave=False):
         for j in torch.randperm(len(order), generator=generator).tolist():
             q = order[j]
             queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
@@ -113,7 +113,7 @@ def compare_draft_latency(
     hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
     generator = torch.Generator().manual_seed(seed)
     times: dict[tuple[str, int], list[float]] = {(name, gamma): [] for name, gamma, _ in entries}
-    for i in tqdm(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
+    for i in progress(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
         for j in torch.randperm(len(entries), generator=generator).tolist():
             name, gamma, drafter = entries[j]
             hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]
@@ -227,7 +227,7 @@ def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_le
     groups: dict[int, list[int]] = {}
     for index, layout in enumerate(layouts):
         groups.setdefault(len(layout), []).append(index)
-    progress = tqdm(total=len(layouts) * (warmup + repeats), desc=desc, leave=False, disable=desc is None)
+    bar = progress(total=len(layouts) * (warmup + repeats), desc=desc, leave=False, disable=desc is None)
     for rows in sorted(groups, reverse=True):
         cache = full if rows == most else _first_rows(full, rows, model)
         members = groups[rows]
@@ -236,9 +236,9 @@ def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_le
                 seconds = _timed_forward(model, cache, layouts[members[j]], context_len, generator)
                 if i >= warmup:
                     times[members[j]].append(seconds)
-                progress.update()
+                bar.update()
         del cache
-    progress.close()
+    bar.close()
     return [statistics.median(t) for t in times]
 
 
@@ -292,7 +292,7 @@ def profile_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], g
         raise ValueError("concurrencies is empty; expected at least one R >= 1")
     return {R: profile_step_curve(target, concurrency_batch_sizes(R, gamma, points), R, context_len, repeats,
                                   device=device, seed=seed)
-            for R in tqdm(sizes, desc="profiling SPS(B) per R", leave=False)}
+            for R in progress(sizes, desc="profiling SPS(B) per R", leave=False)}
 
 
 def curve_at(curves: StepCurve | Mapping[int, StepCurve], requests: int) -> StepCurve:

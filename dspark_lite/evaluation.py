@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from .runtime import progress
 from .speculative import Drafter, RoundRecord, conditional_acceptance, prefix_survival, speculative_generate, tau
 
 if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path
@@ -62,14 +62,18 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
                          f"{gamma}, {samples}")
     generator = torch.Generator().manual_seed(seed)
     eos = world.tokenizer.eos_token_id
+    prompts = {domain: world.eval_prompts(domain)[:n_prompts] * samples for domain in domains}
+    bar = progress(total=sum(len(p) for p in prompts.values()), desc=desc)
     report = {}
     for domain in domains:
-        prompts = world.eval_prompts(domain)[:n_prompts] * samples
+        bar.set_postfix_str(domain)
         rounds, tokens = [], 0
-        for prompt in tqdm(prompts, desc=f"{desc}: {domain}", leave=False):
+        for prompt in prompts[domain]:
             out = speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,
                                        temperature, generator, eos)
             rounds += out.rounds
             tokens += len(out.tokens)
+            bar.update()
         report[domain] = summarize(domain, rounds, gamma, tokens, keep_records)
+    bar.close()
     return report

@@ -45,7 +45,6 @@ import numpy as np
 import pandas as pd
 import torch
 import transformers
-from tqdm.auto import tqdm
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel, Qwen3Config,
                           Qwen3ForCausalLM)
 
@@ -55,7 +54,7 @@ from .dspark import DSparkConfig, DSparkDrafter
 from .evaluation import DomainAcceptance, summarize
 from .profiles import GpuStudy, get_profile
 from .results import REPO, committed_results_dir, provenance, results_dir
-from .runtime import quiet_hub_bars
+from .runtime import progress, quiet_hub_bars
 from .speculative import RoundRecord, speculative_generate
 
 TARGET_ID = "Qwen/Qwen3-4B"
@@ -355,7 +354,7 @@ def run_benchmark(world: World, kind: str, prompts: Sequence[str], study: GpuStu
         raise ValueError(f"{len(prompts)} prompts but {len(indices)} indices; expected one index per prompt")
     rounds: list[RoundRecord] = []
     tokens, seconds = 0, dict.fromkeys(PHASES, 0.0)
-    for index, prompt in tqdm(list(zip(indices, prompts)), desc=desc or kind, leave=False):
+    for index, prompt in progress(list(zip(indices, prompts)), desc=desc or kind, leave=False):
         out = generate_one(world, kind, encode_first_turn(world.tokenizer, prompt).to(world.device), study, seed + index)
         rounds += out.rounds
         tokens += len(out.tokens)

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 
@@ -42,3 +44,12 @@ def quiet_hub_bars() -> Iterator[None]:
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+def progress(iterable: Any = None, **kwargs: Any) -> tqdm:
+    """tqdm's bar, the one the package shows for every long loop. A chapter cell shows one bar:
+    the outermost. A bar opened while another is open is transient (`leave=False`: it shows while
+    it runs and is gone when it ends), so a cell that wraps several long calls in a bar of its
+    own keeps only that one, with its rate and time, in the rendered page."""
+    kwargs.setdefault("leave", not any(not bar.disable for bar in list(tqdm._instances)))
+    return tqdm(iterable, **kwargs)

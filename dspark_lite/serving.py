@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
+from .runtime import progress
 from .costs import _check_positive_int, curve_at
 from .scheduler import (
     Scheduler, StepCurve, asynchronous_schedule, fixed_length, mtp1, schedule, static_threshold,
@@ -298,7 +298,7 @@ def sweep(records: BlockRecords, schedulers: Sequence[str | Scheduler], curve: S
     grid = list(itertools.product(schedulers, concurrencies))
     rows = [simulate(records, s, curve_at(curve, R), R, steps, domain_mix, np.random.default_rng([seed, int(R)]),
                      gamma).as_row()
-            for s, R in tqdm(grid, desc="serving sweep")]
+            for s, R in progress(grid, desc="serving sweep", leave=False)]
     return pd.DataFrame(rows)
 
 

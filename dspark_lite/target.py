@@ -11,9 +11,9 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM, get_cosine_schedule_with_warmup
 
+from .runtime import progress
 from .resume import Checkpointer, restore_rng, rng_state
 from .profiles import TargetConfig
 
@@ -130,7 +130,7 @@ def train_causal_lm(
     start = time.perf_counter() - history.seconds
     model.train()
     forward = torch.compile(model) if cfg.compile else model
-    bar = tqdm(range(done + 1, cfg.steps + 1), desc=desc, initial=done, total=cfg.steps)
+    bar = progress(range(done + 1, cfg.steps + 1), desc=desc, initial=done, total=cfg.steps)
     for step in bar:
         if cursor + cfg.batch_size > len(order):
             order, cursor = torch.randperm(len(train_rows), generator=generator), 0

@@ -26,9 +26,9 @@ from typing import Mapping, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
+from .runtime import progress
 from .drafters import AnchorBatch, BlockOutput
 from .kvcache import cache_kwarg
 from .resume import Checkpointer, restore_rng, rng_state
@@ -170,7 +170,7 @@ def generate_training_sequences(
         raise ValueError("a prompt encodes to zero tokens")
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].shape[0])
     replies: dict[int, Tensor] = {}
-    for start in tqdm(range(0, len(order), batch_size), desc=desc):
+    for start in progress(range(0, len(order), batch_size), desc=desc):
         chunk = order[start:start + batch_size]
         out = sample_replies(target, [encoded[i] for i in chunk], max_new_tokens, temperature, generator,
                              tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -498,7 +498,7 @@ def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedM
     batches = EpochBatches(len(sequences), cfg.sequences_per_batch, generator)
     checkpoint = checkpoint or Checkpointer(None)
     done = _resume(checkpoint, runs, batches, generator, desc)
-    bar = tqdm(range(done, cfg.steps), desc=desc, initial=done, total=cfg.steps)
+    bar = progress(range(done, cfg.steps), desc=desc, initial=done, total=cfg.steps)
     for step in bar:
         start = time.perf_counter()
         batch = target_batch(target, sequences, next(batches), cfg, generator, layer_ids)

@@ -61,7 +61,7 @@ def build_corpus(profile: Profile, seed: int, knobs: corpus.CorpusKnobs) -> Path
     return cache.load_or_build(
         "corpus", _corpus_config(profile, seed, knobs),
         build=lambda folder: corpus.write_corpus(folder, _sizes(profile), seed, knobs),
-        load=lambda folder: folder, code=[corpus])
+        load=lambda folder: folder)
 
 
 def conversations(corpus_dir: Path, split: str) -> list[str]:
@@ -77,7 +77,7 @@ def build_tokenizer(profile: Profile, seed: int, knobs: corpus.CorpusKnobs, corp
         "tokenizer", config,
         build=lambda folder: tokenizer.train_tokenizer(
             conversations(corpus_dir, "train"), profile.target.vocab_size).save_pretrained(str(folder)),
-        load=tokenizer.load_tokenizer, code=[corpus, tokenizer])
+        load=tokenizer.load_tokenizer)
 
 
 def _train_lm(folder: Path, cfg: TargetConfig, seed: int, corpus_dir: Path, tok: PreTrainedTokenizerFast,
@@ -119,7 +119,7 @@ def _cached_lm(kind: str, cfg: TargetConfig, profile: Profile, seed: int, knobs:
 
     return cache.load_or_build(
         kind, config, build=lambda folder: _train_lm(folder, cfg, seed, corpus_dir, tok, f"train {kind}"),
-        load=load, code=[corpus, tokenizer, target])
+        load=load)
 
 
 def load_classic_drafter_lm(world: ToyWorld) -> tuple[Qwen3ForCausalLM, TrainHistory]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,6 +21,7 @@ from torch import nn
 
 from . import cache, drafters, dspark, evaluation, serving, speculative, training
 from .resume import Checkpointer
+from .runtime import progress
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
 from .training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
@@ -108,8 +108,7 @@ def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed:
             world.target, world.tokenizer, prompts[::stride][: recipe.training_replies], recipe.reply_tokens,
             temperature=1.0, generator=generator, batch_size=64).save(folder / "replies.pt")
 
-    return cache.load_or_build("replies", config, build, lambda folder: TrainingSequences.load(folder / "replies.pt"),
-                               code=[training])
+    return cache.load_or_build("replies", config, build, lambda folder: TrainingSequences.load(folder / "replies.pt"))
 
 
 def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
@@ -129,7 +128,8 @@ def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: Drafte
     entries = {kind: _drafter_entry(world, _check_kind(kind), recipe, seed) for kind in kinds}
     missing = [kind for kind, entry in entries.items() if not cache.contains(*entry)]
     trained: dict[str, tuple[nn.Module, DrafterTrainHistory]] = {}
-    for steps in sorted({training_steps(kind, recipe) for kind in missing}):
+    groups = sorted({training_steps(kind, recipe) for kind in missing})
+    for steps in (progress(groups, desc=f"train {' + '.join(missing)}") if len(groups) > 1 else groups):
         group = {kind: BUILDERS[kind](world, recipe, seed) for kind in missing if training_steps(kind, recipe) == steps}
         work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[k]).name for k in group)})
         with cache.exclusive(work):
@@ -138,8 +138,8 @@ def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: Drafte
                                                 desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
         trained.update({kind: (drafter, histories[kind]) for kind, drafter in group.items()})
         for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
-            name, config, code = entries[kind]
-            cache.load_or_build(name, config, lambda folder, kind=kind: _save(*trained[kind], folder), lambda f: f, code)
+            name, config = entries[kind]
+            cache.load_or_build(name, config, lambda folder, kind=kind: _save(*trained[kind], folder), lambda f: f)
         shutil.rmtree(work, ignore_errors=True)
 
     def build(kind: str) -> Callable[[Path], None]:
@@ -148,14 +148,14 @@ def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: Drafte
             _save(drafter, _train(world, kind, drafter, recipe, training_steps(kind, recipe), seed, folder), folder)
         return write
 
-    return {kind: cache.load_or_build(name, config, build(kind), _loader(world, kind, recipe, seed), code=code)
-            for kind, (name, config, code) in entries.items()}
+    return {kind: cache.load_or_build(name, config, build(kind), _loader(world, kind, recipe, seed))
+            for kind, (name, config) in entries.items()}
 
 
-def _drafter_entry(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> tuple[str, dict, list]:
-    """The cache's (kind, config, code) of a drafter trained from scratch."""
+def _drafter_entry(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> tuple[str, dict]:
+    """The cache's (kind, config) of a drafter trained from scratch."""
     config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "seed": seed}
-    return f"drafter-{kind}", config, _code_of(kind)
+    return f"drafter-{kind}", config
 
 
 def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflash",
@@ -177,8 +177,7 @@ def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflas
         _start_from(drafter, base)
         _save(drafter, _train(world, kind, drafter, recipe, recipe.finetune_steps, seed, folder), folder)
 
-    return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed),
-                               code=_code_of(kind))
+    return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed))
 
 
 def _start_from(drafter: nn.Module, base: nn.Module) -> None:
@@ -196,10 +195,6 @@ def _check_kind(kind: str) -> str:
     if kind not in BUILDERS:
         raise ValueError(f"unknown drafter kind {kind!r}; expected one of {sorted(BUILDERS)}")
     return kind
-
-
-def _code_of(kind: str) -> list:
-    return [drafters, training] + ([dspark] if kind.startswith("dspark") else [])
 
 
 def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
@@ -273,8 +268,7 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
             report[domain] = evaluation.DomainAcceptance(**fields, records=records)
         return report
 
-    return cache.load_or_build(f"acceptance-{kind}", config, build, load,
-                               code=_code_of(kind) + [evaluation, speculative, sys.modules[__name__]])
+    return cache.load_or_build(f"acceptance-{kind}", config, build, load)
 
 
 def _padded(values: torch.Tensor | None, size: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import pytest
 
 from ci import browser_check
 from ci.browser_check import ChromiumNotFound, check_site
-from ci.check_notebooks import check_book, check_notebook
+from ci.check_notebooks import check_book, check_notebook, output_problems
 from ci.run_notebooks import NotebookFailed, run_notebook
 from ci.toc import REPO, toc_markdown, toc_notebooks
 
@@ -267,3 +267,24 @@ def test_a_failed_chapter_is_rendered_under_a_banner(tmp_path: Path) -> None:
     assert "ValueError: 'boom'" in first.source and "--only bad" in first.source
     never = failure_banner({"status": "not run", "rerun": "python ci/run_notebooks.py --only later"})
     assert "did not run" in never and "--only later" in never
+
+
+
+def test_output_noise_is_found(tmp_path: Path) -> None:
+    """Two progress bars in one cell, warning text, or stderr fail; one bar and plain text pass."""
+    bar = "train: 100%|##########| 12/12 [00:03<00:00,  3.9it/s]"
+    nb = nbformat.v4.new_notebook()
+    clean = nbformat.v4.new_code_cell("train()")
+    clean.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"\r{bar}\nDone: tau 4.6\n")]
+    two = nbformat.v4.new_code_cell("train(); measure()")
+    two.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{bar}\nmeasure: 100%|###| 3/3 [00:01<00:00]\n")]
+    warned = nbformat.v4.new_code_cell("fit()")
+    warned.outputs = [nbformat.v4.new_output("stream", name="stderr", text="UserWarning: the fit fell back\n")]
+    nb.cells = [clean, two, warned]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    problems = output_problems(path, "x")
+    assert len(problems) == 3
+    assert "cell 1 (id " in problems[0] and "shows 2 progress bars" in problems[0]
+    assert "cell 2 (id " in problems[1] and "prints a warning" in problems[1]
+    assert "cell 2 (id " in problems[2] and "writes to stderr" in problems[2]

@@ -237,3 +237,20 @@ def test_latency_curve_covers_every_query_count_and_rejects_bad_input() -> None:
         forward_latency_curve(model, 16, [0, 2])
     with pytest.raises(ValueError, match="repeats"):
         forward_latency_curve(model, 16, [1], repeats=0)
+
+
+def test_editing_any_module_of_the_package_changes_every_key(tmp_path: Path) -> None:
+    """The cache key hashes the whole package's source: no module the build calls can be left out."""
+    import shutil
+
+    package = tmp_path / "dspark_lite"
+    shutil.copytree(cache.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache.package_source_hash(package)
+    assert before == cache.package_source_hash(cache.PACKAGE)
+    for module in sorted(package.glob("*.py")):
+        original = module.read_bytes()
+        module.write_bytes(original + b"\n# an edit\n")
+        assert cache.package_source_hash(package) != before, module.name
+        module.write_bytes(original)
+    assert cache.package_source_hash(package) == before
+    assert len(list(package.glob("*.py"))) > 20  # every module, not a hand-kept list
