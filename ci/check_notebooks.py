@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `ci` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.toc import REPO, toc_markdown, toc_notebooks
+from ci.toc import REPO, cells, toc_markdown, toc_notebooks
 
 DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
 CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
@@ -83,11 +83,8 @@ def output_problems(executed: Path, name: str | None = None) -> list[str]:
     (the package makes nested bars transient; a cell running several long calls wraps them in one
     bar of its own), warning text, or anything on stderr."""
     name = name or str(executed)
-    cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
     problems = []
-    for i, cell in enumerate(cells):
-        if cell.get("cell_type") != "code":
-            continue
+    for i, cell, _ in cells(executed, "code"):
         where = f"cell {i} (id {cell.get('id', '?')})"
         streams = [out for out in cell.get("outputs", []) if out.get("output_type") == "stream"]
         text = "".join("".join(out.get("text", "")) for out in streams)

@@ -17,7 +17,6 @@ allowed: they are the profile's settings, which chapter 00 prints from one table
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `ci` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ci.toc import REPO, toc_notebooks
+from ci.toc import REPO, cells, toc_notebooks
 
 # What a reader does not read as prose: fenced and inline code, math, roles with their content
 # (glue, paper, and any other role: {doc}, {ref}, ...), link targets, HTML tags and comments.
@@ -80,15 +79,7 @@ def measured_numbers(markdown: str) -> list[str]:
 def check_notebook(path: Path, name: str | None = None) -> list[str]:
     """Every unmarked measured number in one notebook's markdown cells."""
     name = name or str(path)
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    problems = []
-    for i, cell in enumerate(cells):
-        if cell.get("cell_type") != "markdown":
-            continue
-        source = cell.get("source", "")
-        for hit in measured_numbers(source if isinstance(source, str) else "".join(source)):
-            problems.append(f"{name}: cell {i}: {hit}")
-    return problems
+    return [f"{name}: cell {i}: {hit}" for i, _, source in cells(path, "markdown") for hit in measured_numbers(source)]
 
 
 GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
@@ -96,14 +87,9 @@ GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
 
 def missing_glue(executed: Path) -> list[str]:
     """Keys the prose of an executed notebook cites ({glue:md}`key`) that none of its cells glued."""
-    cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
-    cited = set()
-    for cell in cells:
-        if cell.get("cell_type") == "markdown":
-            source = cell.get("source", "")
-            cited |= set(GLUE_ROLE.findall(source if isinstance(source, str) else "".join(source)))
+    cited = {key for _, _, source in cells(executed, "markdown") for key in GLUE_ROLE.findall(source)}
     glued = {out.get("metadata", {}).get("scrapbook", {}).get("name")
-             for cell in cells if cell.get("cell_type") == "code" for out in cell.get("outputs", [])}
+             for _, cell, _ in cells(executed, "code") for out in cell.get("outputs", [])}
     return sorted(cited - glued)
 
 

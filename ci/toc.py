@@ -1,6 +1,8 @@
 """Read the book's `_toc.yml`: the notebooks in reading order."""
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,11 @@ def toc_notebooks(root: Path = REPO) -> list[Path]:
 def toc_markdown(root: Path = REPO) -> list[Path]:
     """The toc's Markdown pages (appendices such as the glossary), as paths with `.md` added."""
     return [Path(f) if f.endswith(".md") else Path(f"{f}.md") for f in toc_files(root) if _is_page(root, f)]
+
+
+def cells(notebook: Path, cell_type: str) -> Iterator[tuple[int, dict, str]]:
+    """(index, cell, source text) of every cell of `cell_type` in a notebook, read as raw JSON."""
+    for i, cell in enumerate(json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]):
+        if cell.get("cell_type") == cell_type:
+            source = cell.get("source", "")
+            yield i, cell, source if isinstance(source, str) else "".join(source)
