@@ -26,14 +26,14 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
     """Problems in one committed notebook; `name` is how messages refer to it (default: its path)."""
     name = name or str(path)
     try:  # raw JSON, so that nothing (e.g. missing ids) is repaired on the way in
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        raw_cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{name}: cannot be read as a notebook ({type(e).__name__}: {e})"]
     problems = []
-    with_outputs = [i for i, c in enumerate(cells) if c.get("cell_type") == "code" and c.get("outputs")]
-    counted = [i for i, c in enumerate(cells)
+    with_outputs = [i for i, c in enumerate(raw_cells) if c.get("cell_type") == "code" and c.get("outputs")]
+    counted = [i for i, c in enumerate(raw_cells)
                if c.get("cell_type") == "code" and c.get("execution_count") is not None]
-    no_id = [i for i, c in enumerate(cells) if not c.get("id")]
+    no_id = [i for i, c in enumerate(raw_cells) if not c.get("id")]
     if with_outputs:
         problems.append(f"{name}: cells {with_outputs} have outputs; {CLEAR_HINT}")
     if counted:
@@ -41,13 +41,13 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
     if no_id:
         problems.append(f"{name}: cells {no_id} have no id; save the notebook with nbformat >= 4.5 "
                         "(Jupyter does this) so every cell gets one")
-    for i, c in enumerate(cells):
+    for i, c in enumerate(raw_cells):
         if c.get("cell_type") == "markdown":
             source = c.get("source", "")
             for math in display_math_problems(source if isinstance(source, str) else "".join(source)):
                 problems.append(f"{name}: cell {i}: display math '{math}...' shares a paragraph with text; "
                                 "put a blank line before and after it")
-    params = [i for i, c in enumerate(cells)
+    params = [i for i, c in enumerate(raw_cells)
               if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(params) != 1:
         found = "none" if not params else f"{len(params)} (cells {params})"

@@ -51,5 +51,5 @@ def progress(iterable: Any = None, **kwargs: Any) -> tqdm:
     the outermost. A bar opened while another is open is transient (`leave=False`: it shows while
     it runs and is gone when it ends), so a cell that wraps several long calls in a bar of its
     own keeps only that one, with its rate and time, in the rendered page."""
-    kwargs.setdefault("leave", not any(not bar.disable for bar in list(tqdm._instances)))
+    kwargs.setdefault("leave", all(bar.disable for bar in list(tqdm._instances)))  # no bar showing
     return tqdm(iterable, **kwargs)
