@@ -2,21 +2,22 @@
 calibrators that plug into the scheduler (chapter 05).
 
 Paper section 3.2.1. The confidence head outputs, for every drafted position k = 1..gamma,
-c_k = sigmoid(w^T [h_k; W1[x_{k-1}]]) (Eq. 7): the probability that token k survives
-verification GIVEN all earlier tokens of the block survived (trained against the soft label
-1 - TV of Eq. 8). The scheduler uses the predicted prefix survival a_k = prod_{i<=k} c_i.
-Sequential Temperature Scaling (STS) recalibrates the head on a held-out split; Figure 6
-reports raw AUROC 0.81-0.91 and ECE 3-8%, and ECE about 1% after STS.
+a logit z_k with c_k = sigmoid(z_k) = sigmoid(w^T [h_k; W1[x_{k-1}]]) (Eq. 7): the
+probability that token k survives verification GIVEN all earlier tokens of the block survived
+(trained against the soft label 1 - TV of Eq. 8). The scheduler uses the predicted prefix
+survival a_k = prod_{i<=k} c_i (`record.predicted_survival`). Sequential Temperature Scaling
+(STS) recalibrates the head on a held-out split; Figure 6 reports raw AUROC 0.81-0.91 and ECE
+3-8%, and ECE about 1% after STS.
 
-Data convention. One record per drafted block, all with the same gamma:
-  c[N, gamma]   raw confidences, strictly inside (0, 1);
+Data convention. One row per drafted block, all with the same gamma (`record.Rounds.full_blocks`):
+  z[N, gamma]   the head's logits (c = sigmoid(z) where a probability is needed);
   n_acc[N]      accepted draft tokens, integers in 0..gamma.
 Observed prefix survival s[N, k] = (n_acc >= k) (k is 1-based). The CONDITIONAL outcome at
 position k lives only on blocks that reached k (n_acc >= k - 1) and is again n_acc >= k.
 
-Every calibrator has `fit(c_cal, n_acc_cal) -> self` and `transform(c) -> c'` (new per-position
-confidences in (0, 1)); a_k is then recomputed from c' with `prefix_survival`, so the
-scheduler consumes calibrated and raw confidences identically.
+The metrics take probabilities. Every calibrator has `fit(z_cal, n_acc_cal) -> self` and
+`transform(z) -> z'`, new logits, so that a calibrated record is a record like any other
+(`Rounds.with_logits`) and the scheduler reads calibrated and raw confidences identically.
 """
 from __future__ import annotations
 
@@ -27,9 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-#: Calibrated confidences are clipped into [_EPS, 1 - _EPS] so that they stay inside (0, 1)
-#: even where a small temperature pushes sigmoid(z / T) to 0.0 or 1.0 in float64.
-_EPS = 1e-12
+from . import checks
+from .record import logit, predicted_survival, sigmoid
 
 
 class CalibrationWarning(UserWarning):
@@ -42,125 +42,15 @@ def _warn(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Validation
+# Observed survival, splits, synthetic rollouts
 # ----------------------------------------------------------------------------------------
-
-
-def _as_float_array(values: Any, name: str) -> np.ndarray:
-    try:
-        return np.asarray(values, dtype=float)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name} must be numeric; could not convert to floats ({error})") from None
-
-
-def _where(flat_index: int, shape: tuple[int, ...]) -> str:
-    """'row 3, position k=2' for a 2-D array, 'index 3' for a 1-D one (k is 1-based)."""
-    if len(shape) == 1:
-        return f"index {flat_index}"
-    row, col = np.unravel_index(flat_index, shape)
-    return f"row {row}, position k={col + 1}"
-
-
-def validate_confidences(c: Any, *, allow_1d: bool = False, name: str = "confidences") -> np.ndarray:
-    """Check raw confidences and return them as a float64 array (chapter 05).
-
-    Expected: a 2-D array (N blocks, gamma positions), or, with `allow_1d`, one block's
-    [gamma] vector; every entry finite and strictly inside (0, 1) (sigmoid outputs).
-    Raises ValueError saying what was wrong and where."""
-    arr = _as_float_array(c, name)
-    shapes = "(N, gamma) or (gamma,)" if allow_1d else "(N, gamma)"
-    if arr.ndim not in ((1, 2) if allow_1d else (2,)):
-        raise ValueError(f"{name} must have shape {shapes}; got an array of shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name} must hold at least one block and one position; got shape {arr.shape}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name} must be finite; got {arr.flat[i]} at {_where(i, arr.shape)}")
-    if arr.min() <= 0.0:
-        i = int(np.argmin(arr))
-        raise ValueError(f"{name} must lie in (0, 1), strictly (sigmoid outputs); "
-                         f"got min {arr.flat[i]} at {_where(i, arr.shape)}")
-    if arr.max() >= 1.0:
-        i = int(np.argmax(arr))
-        raise ValueError(f"{name} must lie in (0, 1), strictly (sigmoid outputs); "
-                         f"got max {arr.flat[i]} at {_where(i, arr.shape)}")
-    return arr
-
-
-def _validate_counts(n_accepted: Any, gamma: int) -> np.ndarray:
-    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, (int, np.integer)) or gamma < 1:
-        raise ValueError(f"gamma must be a positive integer (draft positions per block); got {gamma!r}")
-    arr = np.asarray(n_accepted)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"n_accepted must be a non-empty 1-D array (one count per block); "
-                         f"got shape {arr.shape}")
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"n_accepted must hold integers in 0..{gamma}; got dtype {arr.dtype}")
-    values = arr.astype(float)
-    bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0) | (values > gamma)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"n_accepted must hold integers in 0..{gamma} (accepted draft tokens per "
-                         f"block); got {arr[i]} at index {i}")
-    return values.astype(np.int64)
 
 
 def survival_targets(n_accepted: Any, gamma: int) -> np.ndarray:
     """Observed prefix survival s[N, gamma]: s[n, k-1] = (n_accepted[n] >= k) (chapter 05).
     `n_accepted` must hold integers in 0..gamma; ValueError otherwise."""
-    counts = _validate_counts(n_accepted, gamma)
+    counts = checks.accepted_counts(n_accepted, gamma)
     return counts[:, None] >= np.arange(1, gamma + 1)[None, :]
-
-
-def _validate_pair(c: Any, n_accepted: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Validated (c[N, gamma], n_acc[N]) with matching N."""
-    conf = validate_confidences(c)
-    counts = np.asarray(n_accepted)
-    if counts.ndim == 1 and counts.shape[0] != conf.shape[0]:
-        raise ValueError(f"mismatched lengths: {conf.shape[0]} confidence rows but "
-                         f"{counts.shape[0]} acceptance counts")
-    return conf, _validate_counts(counts, conf.shape[1])
-
-
-def _validate_outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Validated 1-D predictions in [0, 1] and binary outcomes (as floats) of equal length."""
-    pred = _as_float_array(p, "predictions")
-    if pred.ndim != 1 or pred.size == 0:
-        raise ValueError(f"predictions must be a non-empty 1-D array; got shape {pred.shape}")
-    bad = ~np.isfinite(pred) | (pred < 0) | (pred > 1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"predictions must be finite probabilities in [0, 1]; got {pred[i]} at index {i}")
-    out = np.asarray(y)
-    if out.ndim != 1 or out.shape[0] != pred.shape[0]:
-        raise ValueError(f"mismatched lengths: {pred.shape[0]} predictions but outcomes of shape {out.shape}")
-    if not (out.dtype == bool or np.issubdtype(out.dtype, np.number)):
-        raise ValueError(f"outcomes must be binary (bool or 0/1); got dtype {out.dtype}")
-    out = out.astype(float)
-    bad = (out != 0) & (out != 1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"outcomes must be binary (bool or 0/1); got {out[i]} at index {i}")
-    return pred, out
-
-
-def _validate_bins(bins: int) -> int:
-    if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, (int, np.integer)) or bins < 1:
-        raise ValueError(f"bins must be a positive integer; got {bins!r}")
-    return int(bins)
-
-
-# ----------------------------------------------------------------------------------------
-# Prefix survival, splits, rollout records
-# ----------------------------------------------------------------------------------------
-
-
-def prefix_survival(c: Any) -> np.ndarray:
-    """Predicted prefix survival a_k = prod_{i<=k} c_i, the cumulative product along
-    positions (chapter 05). Takes c[N, gamma] or one block's c[gamma]; same shape back."""
-    conf = validate_confidences(c, allow_1d=True)
-    return np.cumprod(conf, axis=-1)
 
 
 def split_calibration_test(n: int, fraction: float = 0.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -180,14 +70,14 @@ def split_calibration_test(n: int, fraction: float = 0.5, seed: int = 0) -> tupl
 def synthetic_rollouts(n_blocks: int, gamma: int, overconfidence: float = 3.0,
                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rollouts from a known model (chapter 05): position k of a block survives, given the
-    earlier ones did, with probability sigmoid(z_k), z_k ~ Normal(1, 1.2); the reported
-    confidence is sigmoid(overconfidence * z_k). Returns (c, n_acc, true_conditional)."""
+    earlier ones did, with probability sigmoid(z_k), z_k ~ Normal(1, 1.2); the head reports the
+    logit overconfidence * z_k. Returns (logits, n_acc, true_conditional)."""
     rng = np.random.default_rng(seed)
     z = rng.normal(1.0, 1.2, size=(n_blocks, gamma))
-    true = _sigmoid(z)
+    true = sigmoid(z)
     accepted = rng.random((n_blocks, gamma)) < true
     n_acc = np.cumprod(accepted, axis=1).sum(axis=1)
-    return np.clip(_sigmoid(overconfidence * z), _EPS, 1 - _EPS), n_acc, true
+    return overconfidence * z, n_acc, true
 
 
 # ----------------------------------------------------------------------------------------
@@ -209,13 +99,13 @@ def _ece_unchecked(p: np.ndarray, y: np.ndarray, bins: int) -> float:
 def ece(p: Any, y: Any, bins: int = 15) -> float:
     """Expected calibration error (chapter 05): equal-width bins on [0, 1]; the mean over
     non-empty bins of |mean(y) - mean(p)|, weighted by the bin's share of samples."""
-    pred, out = _validate_outcomes(p, y)
-    return _ece_unchecked(pred, out, _validate_bins(bins))
+    pred, out = checks.outcomes(p, y)
+    return _ece_unchecked(pred, out, checks.positive_int(bins, "bins"))
 
 
 def brier(p: Any, y: Any) -> float:
     """Brier score mean((p - y)^2) (chapter 05); 0 is perfect, 0.25 is a constant 0.5."""
-    pred, out = _validate_outcomes(p, y)
+    pred, out = checks.outcomes(p, y)
     return float(np.mean((pred - out) ** 2))
 
 
@@ -236,7 +126,7 @@ def auroc(p: Any, y: Any) -> float:
     """Area under the ROC curve (chapter 05), via Mann-Whitney: the chance that a random
     positive outranks a random negative, ties counting one half (average ranks). Returns
     nan, with a CalibrationWarning, when y holds only one class."""
-    pred, out = _validate_outcomes(p, y)
+    pred, out = checks.outcomes(p, y)
     n_pos = int(out.sum())
     n_neg = out.size - n_pos
     if n_pos == 0 or n_neg == 0:
@@ -266,8 +156,8 @@ class ReliabilityCurve:
 def reliability_curve(p: Any, y: Any, bins: int = 10) -> ReliabilityCurve:
     """Bin predictions into `bins` equal-width bins and return, per bin, the mean prediction
     against the observed frequency of y (chapter 05)."""
-    pred, out = _validate_outcomes(p, y)
-    bins = _validate_bins(bins)
+    pred, out = checks.outcomes(p, y)
+    bins = checks.positive_int(bins, "bins")
     idx = _bin_index(pred, bins)
     counts = np.bincount(idx, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -288,9 +178,10 @@ def per_position_metrics(c: Any, n_accepted: Any, bins: int = 15) -> pd.DataFram
     a_k = prod_{i<=k} c_i against s_k = (n_acc >= k) on all blocks; `conditional_*` columns
     score the raw c_k against n_acc >= k on the blocks that reached k (n_acc >= k - 1).
     Undefined entries are nan; one CalibrationWarning lists them."""
-    conf, counts = _validate_pair(c, n_accepted)
-    bins = _validate_bins(bins)
-    survival, a = survival_targets(counts, conf.shape[1]).astype(float), np.cumprod(conf, axis=1)
+    conf = checks.confidences(c)
+    counts = checks.accepted_counts(n_accepted, conf.shape[1], blocks=conf.shape[0])
+    bins = checks.positive_int(bins, "bins")
+    survival, a = survival_targets(counts, conf.shape[1]).astype(float), predicted_survival(conf)
     rows, undefined = [], []
     for k in range(1, conf.shape[1] + 1):
         reached = counts >= k - 1
@@ -327,29 +218,10 @@ def _conditional_row(c_k: np.ndarray, y: np.ndarray, bins: int) -> dict[str, flo
 # ----------------------------------------------------------------------------------------
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """Numerically stable logistic function."""
-    out = np.empty_like(x, dtype=float)
-    pos = x >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-    ex = np.exp(x[~pos])
-    out[~pos] = ex / (1.0 + ex)
-    return out
-
-
-def _logit(c: np.ndarray) -> np.ndarray:
-    return np.log(c) - np.log1p(-c)
-
-
-def temperature_scale(c: np.ndarray, temperature: float | np.ndarray) -> np.ndarray:
-    """sigmoid(logit(c) / T), clipped into [1e-12, 1 - 1e-12] so it stays inside (0, 1)
-    (chapter 05). A strictly increasing map of c for any T > 0 (up to that clipping)."""
-    return temperature_scale_logits(_logit(c), temperature)
-
-
-def temperature_scale_logits(logits: np.ndarray, temperature: float | np.ndarray) -> np.ndarray:
-    """sigmoid(logits / T), clipped into [1e-12, 1 - 1e-12] (chapter 05)."""
-    return np.clip(_sigmoid(logits / temperature), _EPS, 1 - _EPS)
+def temperature_scale(z: np.ndarray, temperature: float | np.ndarray) -> np.ndarray:
+    """sigmoid(z / T): the confidence a temperature T gives a logit z (chapter 05). Strictly
+    increasing in z for any T > 0, so it keeps every ranking by one position's confidence."""
+    return sigmoid(z / temperature)
 
 
 def default_temperature_grid() -> np.ndarray:
@@ -359,7 +231,7 @@ def default_temperature_grid() -> np.ndarray:
 
 
 def _validate_grid(grid: Any) -> np.ndarray:
-    arr = _as_float_array(grid, "grid")
+    arr = checks.float_array(grid, "grid")
     if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or arr.min() <= 0:
         raise ValueError(f"grid must be a non-empty 1-D array of finite positive temperatures; got {grid!r}")
     # Search in order of |log T|: among equal-ECE temperatures the one nearest 1 wins.
@@ -380,35 +252,37 @@ def _degenerate(counts: np.ndarray, k: int) -> str | None:
 
 
 class Calibrator:
-    """Shared shape of the calibrators (chapter 05): `fit(c_cal, n_acc_cal)` returns self,
-    `transform(c)` maps c[N, gamma] (or one block's c[gamma]) to calibrated confidences of
-    the same shape, strictly inside (0, 1). `fallback_positions_` lists the 1-based
-    positions whose calibration split was degenerate and were left unchanged."""
+    """Shared shape of the calibrators (chapter 05): `fit(z_cal, n_acc_cal)` returns self,
+    `transform(z)` maps logits z[N, gamma] (or one block's z[gamma]) to calibrated logits of
+    the same shape. `fallback_positions_` lists the 1-based positions whose calibration split
+    was degenerate and were left unchanged."""
 
     gamma_: int | None = None
     fallback_positions_: list[int]
 
-    def fit(self, c_cal: Any, n_acc_cal: Any) -> "Calibrator":
-        """Fit on a calibration split c_cal[N, gamma], n_acc_cal[N]; returns self (chapter 05)."""
-        conf, counts = _validate_pair(c_cal, n_acc_cal)
-        self.gamma_, self.fallback_positions_ = conf.shape[1], []
-        self._fit(conf, counts)
+    def fit(self, z_cal: Any, n_acc_cal: Any) -> "Calibrator":
+        """Fit on a calibration split of logits z_cal[N, gamma] and n_acc_cal[N]; returns self
+        (chapter 05)."""
+        z = checks.logits(z_cal)
+        counts = checks.accepted_counts(n_acc_cal, z.shape[1], blocks=z.shape[0])
+        self.gamma_, self.fallback_positions_ = z.shape[1], []
+        self._fit(z, counts)
         return self
 
-    def transform(self, c: Any) -> np.ndarray:
-        """Calibrated confidences, same shape as c[N, gamma] or c[gamma] (chapter 05); recompute
-        a_k from them with `prefix_survival`."""
-        conf = validate_confidences(c, allow_1d=True)
+    def transform(self, z: Any) -> np.ndarray:
+        """Calibrated logits, same shape as z[N, gamma] or z[gamma] (chapter 05); the calibrated
+        confidences are their sigmoid."""
+        z = checks.logits(z, allow_1d=True)
         if self.gamma_ is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(c_cal, n_acc_cal) first")
-        if conf.shape[-1] != self.gamma_:
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(z_cal, n_acc_cal) first")
+        if z.shape[-1] != self.gamma_:
             raise ValueError(f"{type(self).__name__} was fitted for gamma={self.gamma_} positions; "
-                             f"got confidences with {conf.shape[-1]} positions")
-        return self._transform(conf.reshape(-1, self.gamma_)).reshape(conf.shape)
+                             f"got logits with {z.shape[-1]} positions")
+        return self._transform(z.reshape(-1, self.gamma_)).reshape(z.shape)
 
-    def fit_transform(self, c_cal: Any, n_acc_cal: Any) -> np.ndarray:
-        """fit, then transform the same confidences (chapter 05)."""
-        return self.fit(c_cal, n_acc_cal).transform(c_cal)
+    def fit_transform(self, z_cal: Any, n_acc_cal: Any) -> np.ndarray:
+        """fit, then transform the same logits (chapter 05)."""
+        return self.fit(z_cal, n_acc_cal).transform(z_cal)
 
     def _check_position(self, counts: np.ndarray, k: int, fallback: str) -> bool:
         """True if position k can be fitted; otherwise warn, record it, and return False."""
@@ -420,27 +294,27 @@ class Calibrator:
               f"falling back to {fallback} for position {k}")
         return False
 
-    def _fit(self, conf: np.ndarray, counts: np.ndarray) -> None:
+    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
         raise NotImplementedError
 
-    def _transform(self, conf: np.ndarray) -> np.ndarray:
+    def _transform(self, z: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
 
 class _TemperatureCalibrator(Calibrator):
-    """Per-position temperatures T_k applied as sigmoid(logit(c_k) / T_k)."""
+    """Per-position temperatures T_k: the calibrated logit is z_k / T_k."""
 
     def __init__(self, grid: Any = None, bins: int = 15) -> None:
         self.grid = _validate_grid(default_temperature_grid() if grid is None else grid)
-        self.bins = _validate_bins(bins)
+        self.bins = checks.positive_int(bins, "bins")
         self.temperatures_: np.ndarray | None = None
 
-    def _transform(self, conf: np.ndarray) -> np.ndarray:
-        return temperature_scale(conf, self.temperatures_[None, :])
+    def _transform(self, z: np.ndarray) -> np.ndarray:
+        return z / self.temperatures_[None, :]
 
     def _best_temperature(self, logits: np.ndarray, prior: np.ndarray | float, target: np.ndarray) -> float:
         """The grid temperature minimising ECE(prior * sigmoid(logits / T), target)."""
-        errors = [_ece_unchecked(prior * temperature_scale_logits(logits, t), target, self.bins)
+        errors = [_ece_unchecked(prior * temperature_scale(logits, t), target, self.bins)
                   for t in self.grid]
         return float(self.grid[int(np.argmin(errors))])
 
@@ -451,13 +325,12 @@ class SequentialTemperatureScaling(_TemperatureCalibrator):
     For k = 1..gamma in order, with T_1..T_{k-1} already fixed, a 1-D grid search over
     `grid` (default: `default_temperature_grid()`, 201 log-spaced T in 0.05..20) picks the
     T_k minimising ECE(a_k, s_k) over ALL calibration blocks, where
-    a_k = prod_{i<=k} sigmoid(logit(c_i) / T_i) and s_k = (n_acc >= k). Ties go to the T
+    a_k = prod_{i<=k} sigmoid(z_i / T_i) and s_k = (n_acc >= k). Ties go to the T
     nearest 1. A position with no reached block or a single conditional outcome class gets
     T_k = 1 with a CalibrationWarning.
 
-    Which ranking is preserved: each c_k -> sigmoid(logit(c_k) / T_k) is strictly
-    increasing (up to the clip into [1e-12, 1 - 1e-12], which can only tie values scaled
-    that close to 0 or 1), so the ranking of blocks by c_k at every position is unchanged (hence the
+    Which ranking is preserved: each z_k -> z_k / T_k is strictly increasing, so the ranking
+    of blocks by c_k at every position is unchanged (hence the
     per-position AUROC against conditional acceptance, and the AUROC of a_1). The ranking
     of blocks by a_k for k >= 2 is NOT preserved in general: a product of differently
     reshaped factors can reorder two blocks (e.g. c = (0.9, 0.5) vs (0.5, 0.9) tie under
@@ -465,13 +338,13 @@ class SequentialTemperatureScaling(_TemperatureCalibrator):
     the dominance order survives: if c_i(A) >= c_i(B) for all i <= k then a_k(A) >= a_k(B).
     """
 
-    def _fit(self, conf: np.ndarray, counts: np.ndarray) -> None:
-        logits, survival = _logit(conf), survival_targets(counts, conf.shape[1]).astype(float)
-        temperatures, prior = np.ones(conf.shape[1]), np.ones(conf.shape[0])
-        for k in range(1, conf.shape[1] + 1):
+    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
+        survival = survival_targets(counts, z.shape[1]).astype(float)
+        temperatures, prior = np.ones(z.shape[1]), np.ones(z.shape[0])
+        for k in range(1, z.shape[1] + 1):
             if self._check_position(counts, k, "T = 1"):
-                temperatures[k - 1] = self._best_temperature(logits[:, k - 1], prior, survival[:, k - 1])
-            prior = prior * temperature_scale_logits(logits[:, k - 1], temperatures[k - 1])
+                temperatures[k - 1] = self._best_temperature(z[:, k - 1], prior, survival[:, k - 1])
+            prior = prior * temperature_scale(z[:, k - 1], temperatures[k - 1])
         self.temperatures_ = temperatures
 
 
@@ -479,17 +352,17 @@ class PerPositionTemperatureScaling(_TemperatureCalibrator):
     """Plain per-position temperature scaling, the baseline STS is compared with (chapter 05).
 
     Each T_k is fitted independently by grid search (same grid as STS), minimising the ECE of
-    sigmoid(logit(c_k) / T_k) against the conditional acceptance n_acc >= k on the blocks
+    sigmoid(z_k / T_k) against the conditional acceptance n_acc >= k on the blocks
     that reached k (n_acc >= k - 1). Degenerate positions fall back to T_k = 1 with a
     CalibrationWarning. Like STS, it preserves the per-position ranking of c_k."""
 
-    def _fit(self, conf: np.ndarray, counts: np.ndarray) -> None:
-        temperatures = np.ones(conf.shape[1])
-        for k in range(1, conf.shape[1] + 1):
+    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
+        temperatures = np.ones(z.shape[1])
+        for k in range(1, z.shape[1] + 1):
             if self._check_position(counts, k, "T = 1"):
                 reached = counts >= k - 1
                 target = (counts[reached] >= k).astype(float)
-                temperatures[k - 1] = self._best_temperature(_logit(conf[reached, k - 1]), 1.0, target)
+                temperatures[k - 1] = self._best_temperature(z[reached, k - 1], 1.0, target)
         self.temperatures_ = temperatures
 
 
@@ -497,8 +370,8 @@ def pool_adjacent_violators(y: Any, weights: Any = None) -> np.ndarray:
     """Pool-adjacent-violators (chapter 05): the non-decreasing sequence closest to y in
     weighted least squares, for y already ordered by the predictor. Adjacent values that
     violate monotonicity are pooled into their weighted mean until none do."""
-    values = _as_float_array(y, "y")
-    w = np.ones_like(values) if weights is None else _as_float_array(weights, "weights")
+    values = checks.float_array(y, "y")
+    w = np.ones_like(values) if weights is None else checks.float_array(weights, "weights")
     if values.ndim != 1 or w.shape != values.shape or values.size == 0:
         raise ValueError(f"y and weights must be non-empty 1-D arrays of equal length; got shapes "
                          f"{values.shape} and {w.shape}")
@@ -521,9 +394,9 @@ class IsotonicCalibration(Calibrator):
     For each k, on the blocks that reached k: ties in c_k are merged (their mean outcome,
     weighted by count), `pool_adjacent_violators` makes the outcome non-decreasing in c_k,
     and prediction linearly interpolates between the distinct c_k values (constant beyond
-    the ends), clipped into [eps, 1 - eps]. Non-decreasing, not strictly increasing: flat
-    steps can tie blocks, so per-position AUROC may change. Degenerate positions keep c_k
-    unchanged (identity) with a CalibrationWarning."""
+    the ends), clipped into [eps, 1 - eps] and returned as a logit. Non-decreasing, not
+    strictly increasing: flat steps can tie blocks, so per-position AUROC may change.
+    Degenerate positions keep z_k unchanged (identity) with a CalibrationWarning."""
 
     def __init__(self, eps: float = 1e-4) -> None:
         if not 0.0 < eps < 0.5:
@@ -531,7 +404,8 @@ class IsotonicCalibration(Calibrator):
         self.eps = float(eps)
         self.knots_: list[tuple[np.ndarray, np.ndarray] | None] = []
 
-    def _fit(self, conf: np.ndarray, counts: np.ndarray) -> None:
+    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
+        conf = sigmoid(z)
         self.knots_ = []
         for k in range(1, conf.shape[1] + 1):
             if not self._check_position(counts, k, "the identity"):
@@ -543,11 +417,11 @@ class IsotonicCalibration(Calibrator):
             mean_y = np.bincount(inverse, weights=(counts[reached] >= k).astype(float)) / n
             self.knots_.append((x, pool_adjacent_violators(mean_y, n)))
 
-    def _transform(self, conf: np.ndarray) -> np.ndarray:
-        out = conf.copy()
+    def _transform(self, z: np.ndarray) -> np.ndarray:
+        out = z.copy()
         for k, knots in enumerate(self.knots_):
             if knots is not None:
-                out[:, k] = np.clip(np.interp(conf[:, k], *knots), self.eps, 1 - self.eps)
+                out[:, k] = logit(np.clip(np.interp(sigmoid(z[:, k]), *knots), self.eps, 1 - self.eps))
         return out
 
 
@@ -560,10 +434,10 @@ def threshold_lengths(c: Any, threshold: float, cumulative: bool = False) -> np.
     """Draft lengths l[N] a static threshold keeps (chapter 05): each block is cut before its
     first position whose confidence c_k (or, with `cumulative`, whose survival a_k) is below
     `threshold`, as DeepSpec's evaluation does; a threshold of 0 keeps every block whole."""
-    conf = validate_confidences(c)
+    conf = checks.confidences(c)
     if not np.isfinite(threshold) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must lie in [0, 1]; got {threshold}")
-    below = (np.cumprod(conf, axis=1) if cumulative else conf) < threshold
+    below = (predicted_survival(conf) if cumulative else conf) < threshold
     return np.where(below.any(axis=1), below.argmax(axis=1), conf.shape[1])
 
 
@@ -573,7 +447,8 @@ def threshold_sweep(c: Any, n_accepted: Any, thresholds: Sequence[float], cumula
     acceptance rate (accepted / verified drafts; NaN if nothing is drafted), tau (accepted + 1
     per round) and the tokens verified per round (drafts + 1). A block's acceptance does not
     depend on what follows it, so a cut block accepts min(l, n_accepted) of its drafts."""
-    conf, counts = _validate_pair(c, n_accepted)
+    conf = checks.confidences(c)
+    counts = checks.accepted_counts(n_accepted, conf.shape[1], blocks=conf.shape[0])
     rows = []
     for threshold in thresholds:
         lengths = threshold_lengths(conf, float(threshold), cumulative)

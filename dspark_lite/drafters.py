@@ -248,7 +248,7 @@ class DraftAttention(nn.Module):
         return self.o_proj(out), own
 
 
-def _init_linear_weights(module: nn.Module, std: float, seed: int) -> None:
+def init_linear_weights(module: nn.Module, std: float, seed: int) -> None:
     """Normal(0, std) linear weights and zero biases, as transformers initialises Qwen3."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -313,7 +313,7 @@ class HiddenStateDrafter(nn.Module):
         return target_hidden.to(self.device, self.dtype)
 
     def _finish_init(self, seed: int) -> None:
-        _init_linear_weights(self, float(getattr(self.layer_config, "initializer_range", 0.02)), seed)
+        init_linear_weights(self, float(getattr(self.layer_config, "initializer_range", 0.02)), seed)
         target_device = self.shared.embed_tokens.weight.device
         self.to(target_device)
         self.eval()

@@ -200,13 +200,13 @@ class DSparkDrafter(DFlashDrafter):
         self._init_head(self.confidence_head, seed + 2)
         return self.confidence_head
 
-    def confidences(self, hidden: Tensor, prev_tokens: Tensor) -> Tensor:
-        """c_k = sigmoid(confidence logits) [..., G] for slot hidden states [..., G, H] and the
-        tokens before the slots [..., G] (chapter 05)."""
+    def confidence_logits(self, hidden: Tensor, prev_tokens: Tensor) -> Tensor:
+        """The confidence logits z_k [..., G] (float32; c_k = sigmoid(z_k)) for slot hidden states
+        [..., G, H] and the tokens before the slots [..., G] (chapter 05)."""
         if self.confidence_head is None:
             raise ValueError("this DSpark drafter has no confidence head; build it with confidence_head=True "
                              "or call add_confidence_head()")
-        return torch.sigmoid(self.confidence_head(hidden, self.markov_head.prev_embedding(prev_tokens)).float())
+        return self.confidence_head(hidden, self.markov_head.prev_embedding(prev_tokens)).float()
 
     def load_backbone(self, backbone: DFlashDrafter) -> "DSparkDrafter":
         """Start from a trained DFlash drafter (chapter 04): copy its weights into the backbone
@@ -249,5 +249,5 @@ class DSparkDrafter(DFlashDrafter):
                              temperature, generator)
         if self.confidence_head is not None:
             prev = torch.cat([anchor_ids[-1:].to(draft.tokens.device), draft.tokens[:-1]])
-            draft.confidences = self.confidences(hidden, prev)
+            draft.confidence_logits = self.confidence_logits(hidden, prev)
         return draft

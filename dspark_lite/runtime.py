@@ -1,6 +1,7 @@
 """Device and seed handling shared by every chapter (chapter 00)."""
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -8,6 +9,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
@@ -23,6 +25,11 @@ def resolve_device(device: str = "auto") -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"DEVICE={device!r} but no CUDA GPU is visible; use DEVICE='auto' or 'cpu'")
     return resolved
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's first parameter."""
+    return next(model.parameters()).device
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -53,3 +60,39 @@ def progress(iterable: Any = None, **kwargs: Any) -> tqdm:
     own keeps only that one, with its rate and time, in the rendered page."""
     kwargs.setdefault("leave", all(bar.disable for bar in list(tqdm._instances)))  # no bar showing
     return tqdm(iterable, **kwargs)
+
+
+def fast_autocast(device: torch.device) -> torch.autocast:
+    """bf16 autocast where the hardware has fast bf16 matmuls (CUDA, or a CPU with AMX); else a no-op.
+
+    Master weights and the optimiser stay in float32; only the matmuls run in bf16.
+    """
+    amx = device.type == "cpu" and getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    enabled = amx or (device.type == "cuda" and torch.cuda.is_bf16_supported())
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, schedule, parameters,
+                   max_grad_norm: float = 1.0) -> None:
+    """Backward, clip the gradient norm, step the optimiser and the schedule, clear gradients
+    (chapter 01; the drafter trainer of chapter 03 uses it too)."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def check_finite(desc: str, loss: float) -> None:
+    """Raise if a training run ended with a non-finite loss."""
+    if not math.isfinite(loss):
+        raise RuntimeError(f"{desc}: training diverged (final loss {loss})")
+
+
+def pad(rows: "list[torch.Tensor]", value: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows of different lengths as one LongTensor [N, longest] padded with `value` on `side`
+    ("left" or "right"), and the mask of real tokens [N, longest] (1 real, 0 pad)."""
+    ids = pad_sequence([torch.as_tensor(r).long() for r in rows], batch_first=True, padding_value=value,
+                       padding_side=side)
+    mask = pad_sequence([torch.ones(len(r), dtype=torch.long) for r in rows], batch_first=True, padding_side=side)
+    return ids, mask

@@ -29,6 +29,10 @@ from typing import Any, Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from . import checks
+from .calibration import threshold_lengths
+from .record import predicted_survival
+
 Scheduler = Callable[[ArrayLike, "StepCurve"], np.ndarray]
 
 MAX_TABLE_SIZE = 10_000_000  # batch sizes beyond this would make the lookup table huge
@@ -38,32 +42,13 @@ MAX_TABLE_SIZE = 10_000_000  # batch sizes beyond this would make the lookup tab
 
 
 def survival(confidences: ArrayLike) -> np.ndarray:
-    """Prefix survival a_{r,j} = prod_{i<=j} c_{r,i} of confidences shaped (R, gamma).
-
-    Raises ValueError for anything that is not R >= 1 rows of gamma >= 1 finite
-    probabilities in [0, 1]. Chapter 06 builds it.
-    """
-    return np.cumprod(_checked_confidences(confidences), axis=1)
-
-
-def _checked_confidences(confidences: ArrayLike, name: str = "confidences") -> np.ndarray:
-    try:
-        c = np.asarray(confidences, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name} must be numbers in [0, 1], shaped (R, gamma): {error}") from None
-    if c.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, shaped (R requests, gamma positions); got shape {c.shape}")
-    if c.shape[0] == 0:
-        raise ValueError(f"{name} has R = 0 requests; the scheduler needs at least one active request")
-    if c.shape[1] == 0:
-        raise ValueError(f"{name} has gamma = 0 positions; expected at least one drafted position")
-    if not np.isfinite(c).all():
-        r, j = np.argwhere(~np.isfinite(c))[0]
-        raise ValueError(f"{name} must be finite probabilities in [0, 1]; got {c[r, j]} at (r={r}, j={j + 1})")
-    if c.min() < 0.0 or c.max() > 1.0:
-        r, j = np.argwhere((c < 0.0) | (c > 1.0))[0]
-        raise ValueError(f"{name} are probabilities and must lie in [0, 1]; got {c[r, j]} at (r={r}, j={j + 1})")
-    return c
+    """Prefix survival a_{r,j} = prod_{i<=j} c_{r,i} of confidences shaped (R, gamma)
+    (`record.predicted_survival`). ValueError for anything that is not R >= 1 rows of
+    gamma >= 1 finite probabilities in [0, 1]. Chapter 06 builds it."""
+    a = predicted_survival(confidences)
+    if a.ndim != 2:
+        raise ValueError(f"confidences must be 2-D, shaped (R requests, gamma positions); got shape {a.shape}")
+    return a
 
 
 # ----------------------------------------------------------------------------- step curve
@@ -408,7 +393,7 @@ def fixed_length(gamma: int | None = None) -> Scheduler:
         raise ValueError(f"gamma must be an integer >= 0 or None; got {gamma}")
 
     def fixed(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
-        requests, block = _checked_confidences(confidences).shape
+        requests, block = checks.confidences(confidences).shape
         return np.full(requests, block if gamma is None else min(int(gamma), block), dtype=np.int64)
 
     return fixed
@@ -416,7 +401,7 @@ def fixed_length(gamma: int | None = None) -> Scheduler:
 
 def mtp1(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     """Baseline: one drafted token per request, as MTP-1 serving does. Chapter 06 builds it."""
-    return np.ones(_checked_confidences(confidences).shape[0], dtype=np.int64)
+    return np.ones(checks.confidences(confidences).shape[0], dtype=np.int64)
 
 
 def static_threshold(threshold: float, cumulative: bool = False) -> Scheduler:
@@ -427,9 +412,7 @@ def static_threshold(threshold: float, cumulative: bool = False) -> Scheduler:
         raise ValueError(f"threshold must lie in [0, 1]; got {threshold}")
 
     def thresholded(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
-        values = survival(confidences) if cumulative else _checked_confidences(confidences)
-        below = values < threshold
-        return np.where(below.any(axis=1), below.argmax(axis=1), values.shape[1]).astype(np.int64)
+        return threshold_lengths(confidences, threshold, cumulative).astype(np.int64)
 
     return thresholded
 

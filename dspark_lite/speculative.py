@@ -1,5 +1,6 @@
-"""Speculative decoding: the drafter interface, lossless verification, acceptance metrics
-and the rollout loop (chapter 02).
+"""Speculative decoding: sampling, the drafter interface, lossless verification and the
+rollout loop (chapter 02). The loop writes a `record.Rounds`; tau and the acceptance curves
+are read from it there.
 
 One round: the drafter proposes gamma tokens after the anchor (the last token the target
 produced); the target scores anchor + drafts in ONE forward pass on top of its KV cache;
@@ -26,10 +27,10 @@ import transformers
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
+from . import checks
 from .kvcache import CACHE_KEYWORD, cache_kwarg, new_cache, remove_tokens
-
-PROB_SUM_TOLERANCE = 1e-3
-
+from .record import Rounds
+from .runtime import model_device
 
 # ----------------------------------------------------------------------------------------
 # Sampling helpers
@@ -39,7 +40,7 @@ PROB_SUM_TOLERANCE = 1e-3
 def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
     """Float32 probabilities over the last axis at `temperature`; 0 means greedy, a one-hot
     vector at the argmax (chapter 02)."""
-    _check_temperature(temperature)
+    checks.temperature(temperature)
     logits = logits.float()
     if temperature == 0:
         one_hot = torch.zeros_like(logits)
@@ -61,7 +62,7 @@ def gumbel_perturbed(logits: Tensor, temperature: float, generator: torch.Genera
     of each row is an exact draw from softmax(logits / T) (the Gumbel-max trick). At T = 0
     the logits themselves (argmax = greedy). A loop that samples rows one after another can
     draw all its noise in one call up front."""
-    _check_temperature(temperature)
+    checks.temperature(temperature)
     if temperature == 0:
         return logits.float()
     device = _generator_device(generator, logits.device)
@@ -81,11 +82,6 @@ def _generator_device(generator: torch.Generator | None, fallback: torch.device)
     return generator.device if generator is not None else fallback
 
 
-def _check_temperature(temperature: float) -> None:
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-
-
 # ----------------------------------------------------------------------------------------
 # The drafter interface
 # ----------------------------------------------------------------------------------------
@@ -99,13 +95,14 @@ class Draft:
     probs: FloatTensor [gamma, V], the full distribution each token was sampled from, at the
         sampling temperature (float32; at temperature 0 a one-hot or any distribution whose
         argmax is the token: greedy verification only compares tokens).
-    confidences: FloatTensor [gamma] or None, the drafter's estimate that token k survives
-        given that tokens < k survived (Eq. 7); recorded, never used by verification.
+    confidence_logits: FloatTensor [gamma] or None, the confidence head's logits z_k: c_k =
+        sigmoid(z_k) estimates that token k survives given that tokens < k survived (Eq. 7);
+        recorded (`record.Rounds.logits`), never used by verification.
     """
 
     tokens: Tensor
     probs: Tensor
-    confidences: Tensor | None = None
+    confidence_logits: Tensor | None = None
 
     @property
     def gamma(self) -> int:
@@ -196,16 +193,16 @@ def verify_block(
 ) -> tuple[int, int]:
     """Verify one block (chapter 02). `target_logits` [gamma+1, V]: row k is the target's
     prediction after the anchor and drafts x_1..x_k. Returns (n_accepted, next_token).
-    Checks the draft first (`validate_draft`)."""
-    _check_temperature(temperature)
-    validate_draft(draft, target_logits)
+    Checks the draft first (`checks.draft`)."""
+    checks.temperature(temperature)
+    checks.draft(draft, target_logits)
     return _verify_unchecked(target_logits, draft, temperature, generator)
 
 
 def _verify_unchecked(
     target_logits: Tensor, draft: Draft, temperature: float, generator: torch.Generator | None
 ) -> tuple[int, int]:
-    """`verify_block` without `validate_draft`: the engine's path unless it runs with
+    """`verify_block` without `checks.draft`: the engine's path unless it runs with
     validate=True (the check costs a host sync and a pass over [gamma, V] every round)."""
     if temperature == 0:
         return greedy_verify(target_logits, draft.tokens)
@@ -216,164 +213,6 @@ def _verify_unchecked(
     return int(n_accepted[0]), int(next_token[0])
 
 
-def validate_draft(draft: Draft, target_logits: Tensor) -> None:
-    """Raise ValueError unless `draft` fits `target_logits` [gamma+1, V] (chapter 02)."""
-    if target_logits.dim() != 2:
-        raise ValueError(f"target_logits must have shape [gamma+1, V], got {tuple(target_logits.shape)}")
-    if draft.tokens.dim() != 1:
-        raise ValueError(f"draft.tokens must have shape [gamma], got {tuple(draft.tokens.shape)}")
-    gamma, vocab_size = draft.gamma, target_logits.shape[1]
-    if target_logits.shape[0] != gamma + 1:
-        raise ValueError(
-            f"target_logits has {target_logits.shape[0]} rows; expected gamma + 1 = {gamma + 1} "
-            "(the anchor's prediction plus one per draft token)"
-        )
-    if draft.probs.dim() != 2 or draft.probs.shape[0] != gamma:
-        raise ValueError(
-            f"draft.probs must have shape [gamma, V] = [{gamma}, V] to match draft.tokens, "
-            f"got {tuple(draft.probs.shape)}"
-        )
-    if draft.probs.shape[1] != vocab_size:
-        raise ValueError(
-            f"draft vocabulary size {draft.probs.shape[1]} differs from the target's {vocab_size}"
-        )
-    if draft.confidences is not None and tuple(draft.confidences.shape) != (gamma,):
-        raise ValueError(f"draft.confidences must have shape [{gamma}], got {tuple(draft.confidences.shape)}")
-    if gamma == 0:
-        return
-    if draft.tokens.dtype != torch.long:
-        raise ValueError(f"draft.tokens must be int64 ids, got dtype {draft.tokens.dtype}")
-    if not _draft_values_ok(draft.probs.float(), draft.tokens):
-        _explain_bad_values(draft.probs.float(), draft.tokens, vocab_size)
-
-
-def _draft_values_ok(probs: Tensor, tokens: Tensor) -> bool:
-    """Every check of `_explain_bad_values` in one host sync (this runs every round): ids in
-    range, no negative entry, rows summing to 1 (a NaN or inf row fails this too), and a
-    positive probability at each drafted token."""
-    vocab_size = probs.shape[-1]
-    tokens = tokens.to(probs.device)
-    in_range = (tokens >= 0) & (tokens < vocab_size)
-    at_tokens = probs.gather(-1, tokens.clamp(0, vocab_size - 1)[:, None])[:, 0]
-    sums_ok = (probs.sum(-1) - 1).abs() <= PROB_SUM_TOLERANCE
-    return bool((in_range & sums_ok & (at_tokens > 0)).all() & (probs.amin() >= 0))
-
-
-def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
-    """Raise the ValueError that says which check of `_draft_values_ok` failed."""
-    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-        raise ValueError(f"draft.tokens must be int64 ids in [0, {vocab_size}), got {tokens.tolist()}")
-    if not bool(torch.isfinite(probs).all()):
-        raise ValueError("draft.probs contains non-finite values (NaN or inf); expected probabilities")
-    if bool((probs < 0).any()):
-        raise ValueError("draft.probs contains negative probabilities; expected values in [0, 1]")
-    row_sums = probs.sum(-1)
-    if bool(((row_sums - 1).abs() > PROB_SUM_TOLERANCE).any()):
-        raise ValueError(
-            f"draft.probs rows must sum to 1 (within {PROB_SUM_TOLERANCE}), got sums {row_sums.tolist()}; "
-            "compute the softmax in float32"
-        )
-    at_tokens = probs.gather(-1, tokens.to(probs.device)[:, None]).squeeze(-1)
-    if bool((at_tokens <= 0).any()):
-        positions = (at_tokens <= 0).nonzero().flatten().tolist()
-        raise ValueError(
-            f"draft token(s) at position(s) {positions} have zero draft probability; a drafter must "
-            "sample each token from the distribution it reports"
-        )
-    raise ValueError("draft.probs failed validation for a reason no check above names")  # unreachable
-
-
-# ----------------------------------------------------------------------------------------
-# Metrics
-# ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class RoundRecord:
-    """One verification round: drafts proposed, drafts accepted, the drafter's confidences
-    (chapter 02). The engine proposes gamma drafts every round, and a round emits accepted + 1
-    tokens (the correction or bonus), with one exception, DeepSpec's accounting of the end of
-    sequence: when an end token is among the accepted drafts, the round stops there
-    (`ended_in_draft`), proposed = accepted = the drafts up to and including the end token,
-    and it emits exactly those, with no correction/bonus. `confidences` [proposed] or None."""
-
-    proposed: int
-    accepted: int
-    confidences: Tensor | None = None
-    ended_in_draft: bool = False
-
-    @property
-    def emitted(self) -> int:
-        """Tokens this round added to the output: accepted, plus the correction/bonus token
-        unless an accepted draft ended the sequence."""
-        return self.accepted + (not self.ended_in_draft)
-
-
-def _round_counts(records: Sequence[RoundRecord]) -> tuple[np.ndarray, np.ndarray]:
-    if len(records) == 0:
-        raise ValueError("no rounds recorded; expected at least one RoundRecord")
-    proposed = np.array([r.proposed for r in records], dtype=np.int64)
-    accepted = np.array([r.accepted for r in records], dtype=np.int64)
-    if (accepted < 0).any() or (accepted > proposed).any():
-        raise ValueError("each record needs 0 <= accepted <= proposed")
-    if any(r.ended_in_draft and not r.accepted == r.proposed >= 1 for r in records):
-        raise ValueError("a record with ended_in_draft needs accepted == proposed >= 1 (the drafts up to and "
-                         "including the end token)")
-    return proposed, accepted
-
-
-def tau(records: Sequence[RoundRecord]) -> float:
-    """Tokens per round counting the correction/bonus token: mean of accepted + 1 (paper
-    footnote 3; chapter 02), except that a round ended by an accepted end token counts its
-    accepted drafts only (`RoundRecord.emitted`; DeepSpec's acceptance length)."""
-    _round_counts(records)
-    return float(np.mean([r.emitted for r in records]))
-
-
-def _default_gamma(proposed: np.ndarray, gamma: int | None) -> int:
-    return int(proposed.max()) if gamma is None else gamma
-
-
-def prefix_survival(records: Sequence[RoundRecord], gamma: int | None = None) -> np.ndarray:
-    """DeepSpec's accept_rate@k (chapter 02): entry k-1 is the fraction of rounds whose
-    first k drafts were all accepted, among rounds that proposed at least k drafts
-    (NaN where none did). `gamma` defaults to the largest number proposed."""
-    proposed, accepted = _round_counts(records)
-    out = np.full(_default_gamma(proposed, gamma), np.nan)
-    for k in range(1, out.size + 1):
-        reached = proposed >= k
-        if reached.any():
-            out[k - 1] = np.mean(accepted[reached] >= k)
-    return out
-
-
-def conditional_acceptance(records: Sequence[RoundRecord], gamma: int | None = None) -> np.ndarray:
-    """The paper's Figure 2 (chapter 02): entry k-1 is, among rounds that proposed at least
-    k drafts and accepted the first k-1, the fraction that also accepted the k-th
-    (NaN where that denominator is 0)."""
-    proposed, accepted = _round_counts(records)
-    out = np.full(_default_gamma(proposed, gamma), np.nan)
-    for k in range(1, out.size + 1):
-        reached = (proposed >= k) & (accepted >= k - 1)
-        if reached.any():
-            out[k - 1] = np.mean(accepted[reached] >= k)
-    return out
-
-
-def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
-    """1 + sum_k prod_{i<=k} alpha_i (chapter 02): the expected tokens per round implied by
-    conditional acceptances. NaN entries after the survival product reached 0 are ignored."""
-    expected, survival = 1.0, 1.0
-    for k, alpha_k in enumerate(np.asarray(alpha, dtype=float), start=1):
-        if survival == 0.0:
-            break
-        if not np.isfinite(alpha_k) or not 0.0 <= alpha_k <= 1.0:
-            raise ValueError(f"alpha[{k - 1}] = {alpha_k}; expected a probability in [0, 1]")
-        survival *= alpha_k
-        expected += survival
-    return expected
-
-
 # ----------------------------------------------------------------------------------------
 # Rollouts
 # ----------------------------------------------------------------------------------------
@@ -382,15 +221,15 @@ def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
 @dataclass
 class Rollout:
     """One speculative generation (chapter 02). `tokens` are the generated ids only (no
-    prompt), on the device of the prompt passed in. The first token comes from the prefill,
-    every later one from a round: len(tokens) = min(max_new_tokens, 1 + sum of the rounds'
-    `emitted`), since the last round may overshoot and the output is cut at max_new_tokens.
+    prompt), on the device of the prompt passed in; `rounds`, one row per verification round.
+    The first token comes from the prefill, every later one from a round: len(tokens) =
+    min(max_new_tokens, 1 + sum of `rounds.emitted`), since the last round may overshoot and the output is cut at max_new_tokens.
     Seconds, measured only with `speculative_generate(..., timed=True)` and None otherwise:
     prefill (target on the prompt), draft (all drafter calls), verify (target forwards in
     rounds), overhead (verification sampling, cache crops, bookkeeping)."""
 
     tokens: Tensor
-    rounds: list[RoundRecord] = field(default_factory=list)
+    rounds: Rounds = field(default_factory=lambda: Rounds.of([], []))
     prefill_seconds: float | None = None
     draft_seconds: float | None = None
     verify_seconds: float | None = None
@@ -432,26 +271,6 @@ class _NoStopwatch:
         pass
 
 
-def _model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _check_prompt(prompt_ids: Tensor) -> Tensor:
-    if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
-        prompt_ids = prompt_ids[0]
-    if prompt_ids.dim() != 1:
-        raise ValueError(f"prompt_ids must have shape [T] or [1, T], got {tuple(prompt_ids.shape)}")
-    if prompt_ids.numel() == 0:
-        raise ValueError("prompt_ids is empty; expected at least one token")
-    return prompt_ids.long()
-
-
-def _check_generation_args(max_new_tokens: int, temperature: float) -> None:
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    _check_temperature(temperature)
-
-
 def end_ids(eos_token_id: int | Sequence[int] | None) -> tuple[int, ...]:
     """The end-of-sequence ids as a tuple (chapter 02): None gives (), an int (id,), a
     sequence of ints its ids in order without repeats. Qwen3's generation config lists two,
@@ -483,16 +302,6 @@ def target_hidden(target: PreTrainedModel, input_ids: Tensor, layer_ids: Sequenc
         return None
     states = target(input_ids=input_ids[None], output_hidden_states=True, logits_to_keep=1).hidden_states
     return select_target_hidden(states, layer_ids)[0]
-
-
-def _check_layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
-    if layer_ids is None:
-        return
-    if len(layer_ids) == 0 or any(not 0 <= i < num_layers for i in layer_ids):
-        raise ValueError(
-            f"drafter.target_layer_ids {tuple(layer_ids)} must be non-empty 0-based decoder layer "
-            f"ids in [0, {num_layers})"
-        )
 
 
 def _target_forward(
@@ -534,25 +343,25 @@ def speculative_generate(
     when the output lands exactly on max_new_tokens: ours stops there, and counts one round
     fewer). Stops after an end token (kept; `eos_token_id`: one id or
     several) or at max_new_tokens; a round whose accepted drafts hold an end token is counted
-    as DeepSpec counts it (`RoundRecord.ended_in_draft`). Lossless: the output has the
+    as DeepSpec counts it (`Rounds.ended_in_draft`). Lossless: the output has the
     target's sampling distribution at `temperature` (its greedy output at 0).
 
     timed: measure the phase seconds (`Rollout.*_seconds`; about six CUDA synchronisations a
-        round). validate: check every draft with `validate_draft` before verifying it (a
+        round). validate: check every draft with `checks.draft` before verifying it (a
         host sync a round). Both off by default, so that a wall-clock race times the engine,
         not its instruments.
     """
-    _check_generation_args(max_new_tokens, temperature)
+    checks.generation(max_new_tokens, temperature)
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}")
-    prompt_ids = _check_prompt(prompt_ids)
+    prompt_ids = checks.prompt(prompt_ids)
     vocab_size = target.config.vocab_size
     if drafter.vocab_size != vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from the target's {vocab_size}")
     layer_ids = drafter.target_layer_ids
-    _check_layer_ids(layer_ids, target.config.num_hidden_layers)
+    checks.layer_ids(layer_ids, target.config.num_hidden_layers)
     ends = end_ids(eos_token_id)
-    device = _model_device(target)
+    device = model_device(target)
     watch = _Stopwatch(device) if timed else _NoStopwatch()
     with torch.inference_mode():
         tokens, rounds = _speculative_loop(
@@ -574,12 +383,12 @@ def _speculative_loop(
     layer_ids: Sequence[int] | None,
     watch: _Stopwatch | _NoStopwatch,
     validate: bool,
-) -> tuple[Tensor, list[RoundRecord]]:
+) -> tuple[Tensor, Rounds]:
     cache = new_cache(target)
     watch.switch("prefill")
     logits, hidden = _target_forward(target, prompt, cache, layer_ids, last_only=True)
     generated = [int(sample_token(logits[-1], temperature, generator))]
-    rounds: list[RoundRecord] = []
+    rows: list[tuple[int, int, bool, Tensor | None]] = []  # proposed, accepted, ended_in_draft, logits
     finished = generated[0] in ends or max_new_tokens == 1
     if not finished:
         watch.switch("draft")
@@ -597,10 +406,10 @@ def _speculative_loop(
         watch.switch("overhead")
         verify = verify_block if validate else _verify_unchecked
         n_accepted, next_token = verify(logits, draft, temperature, generator)
-        record, new_tokens = _settle_round(draft, n_accepted, next_token, ends)
-        rounds.append(record)
+        row, new_tokens = _settle_round(draft, n_accepted, next_token, ends)
+        rows.append(row)
         generated += new_tokens
-        finished = record.ended_in_draft or new_tokens[-1] in ends or len(generated) >= max_new_tokens
+        finished = row[2] or new_tokens[-1] in ends or len(generated) >= max_new_tokens
         if not finished:  # after the last round nothing reads the cache or the drafter again
             remove_tokens(cache, gamma - n_accepted)
             watch.switch("draft")
@@ -608,30 +417,35 @@ def _speculative_loop(
             watch.switch("overhead")
             sequence = torch.cat([sequence, prompt.new_tensor(new_tokens)])
     watch.switch("overhead")
-    return torch.tensor(generated[:max_new_tokens], dtype=torch.long), rounds
+    return torch.tensor(generated[:max_new_tokens], dtype=torch.long), _rounds(rows, gamma)
+
+
+def _rounds(rows: list[tuple[int, int, bool, Tensor | None]], gamma: int) -> Rounds:
+    """The record of a rollout's rounds; logits NaN where a round proposed fewer drafts or the
+    drafter has no confidence head."""
+    logits = np.full((len(rows), gamma), np.nan, dtype=np.float32)
+    for i, (proposed, _, _, z) in enumerate(rows):
+        if z is not None:
+            logits[i, :proposed] = z[:proposed].numpy()
+    return Rounds.of([r[0] for r in rows], [r[1] for r in rows], logits, [r[2] for r in rows])
 
 
 def _settle_round(draft: Draft, n_accepted: int, next_token: int,
-                  ends: tuple[int, ...]) -> tuple[RoundRecord, list[int]]:
-    """The round's record and the tokens it emits: the accepted drafts and the correction or
-    bonus token; or, when an end token is among the accepted drafts, the drafts up to and
-    including it, with no correction/bonus, and proposed = accepted = their number. That is
-    DeepSpec's accounting: deepspec/eval/base_evaluator.py, `verify_draft_tokens` (the
-    `terminated_by_stop_token` branch sets accepted_draft_tokens and effective_proposal_length
-    to eos_pos + 1) and `generate_decoding_sample` (such a round adds accepted_draft_tokens to
-    acceptance_lengths, not accepted_draft_tokens + 1)."""
+                  ends: tuple[int, ...]) -> tuple[tuple[int, int, bool, Tensor | None], list[int]]:
+    """The round's row (proposed, accepted, ended_in_draft, confidence logits) and the tokens it
+    emits: the accepted drafts and the correction or bonus token; or, when an end token is
+    among the accepted drafts, the drafts up to and including it, with no correction/bonus,
+    and proposed = accepted = their number. That is DeepSpec's accounting:
+    deepspec/eval/base_evaluator.py, `verify_draft_tokens` (the `terminated_by_stop_token`
+    branch sets accepted_draft_tokens and effective_proposal_length to eos_pos + 1) and
+    `generate_decoding_sample` (such a round adds accepted_draft_tokens to acceptance_lengths,
+    not accepted_draft_tokens + 1)."""
     accepted = draft.tokens[:n_accepted].tolist()
-    confidences = _cpu_or_none(draft.confidences)
+    logits = None if draft.confidence_logits is None else draft.confidence_logits.detach().float().cpu()
     for index, token in enumerate(accepted):
         if token in ends:
-            kept = index + 1
-            return (RoundRecord(kept, kept, None if confidences is None else confidences[:kept], ended_in_draft=True),
-                    accepted[:kept])
-    return RoundRecord(draft.gamma, n_accepted, confidences), accepted + [next_token]
-
-
-def _cpu_or_none(tensor: Tensor | None) -> Tensor | None:
-    return None if tensor is None else tensor.detach().float().cpu()
+            return (index + 1, index + 1, True, logits), accepted[:index + 1]
+    return (draft.gamma, n_accepted, False, logits), accepted + [next_token]
 
 
 def _tv_distance(logits: Tensor, reference: Tensor) -> Tensor:
@@ -655,7 +469,7 @@ def check_kv_cache(target: PreTrainedModel, prompt_ids: Tensor) -> float:
     largest total variation between them; RuntimeError naming the transformers version when it
     exceeds KV_CHECK_TOLERANCE for the target's dtype, or when the cache does not hold the
     prompt afterwards (a forward that ignored the cache keyword)."""
-    ids = _check_prompt(prompt_ids).to(_model_device(target))
+    ids = checks.prompt(prompt_ids).to(model_device(target))
     length = ids.shape[0]
     if length < 3:
         raise ValueError(f"check_kv_cache needs a prompt of at least 3 tokens, got {length}")
@@ -701,15 +515,15 @@ def autoregressive_generate(
     several); a batch [B, T] (same length, no padding) returns [B, n] with the first end id
     repeated after a row's end. Greedy at temperature 0. Each forward computes the logits of
     the last position only. With use_cache=False the whole sequence is recomputed each step."""
-    _check_generation_args(max_new_tokens, temperature)
+    checks.generation(max_new_tokens, temperature)
     ends = end_ids(eos_token_id)
     single = prompt_ids.dim() == 1
-    batch = _check_prompt(prompt_ids)[None] if single else prompt_ids.long()
+    batch = checks.prompt(prompt_ids)[None] if single else prompt_ids.long()
     if batch.dim() != 2 or batch.shape[1] == 0:
         raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
     with torch.inference_mode():
         generated = _autoregressive_loop(
-            target, batch.to(_model_device(target)), max_new_tokens, temperature, generator, ends, use_cache
+            target, batch.to(model_device(target)), max_new_tokens, temperature, generator, ends, use_cache
         ).to(prompt_ids.device)
     if single:
         tokens = generated[0].tolist()
@@ -766,7 +580,7 @@ class ModelDrafter:
     def start(self, prompt_ids: Tensor, target_hidden: Tensor | None = None) -> None:
         """Prefill the drafter's own cache with the prompt."""
         self._cache = new_cache(self.model)
-        self.model(input_ids=prompt_ids[None].to(_model_device(self.model)), **cache_kwarg(self._cache), use_cache=True,
+        self.model(input_ids=prompt_ids[None].to(model_device(self.model)), **cache_kwarg(self._cache), use_cache=True,
                    logits_to_keep=1)
         self._context_length = prompt_ids.shape[0]
 
@@ -783,7 +597,7 @@ class ModelDrafter:
                 f"drafter cache holds {cached} tokens but anchor_ids has {anchor_ids.shape[0]}; "
                 "expected new tokens (did the loop skip accept()?)"
             )
-        step_input = anchor_ids[cached:].to(_model_device(self.model))
+        step_input = anchor_ids[cached:].to(model_device(self.model))
         tokens, probs = [], []
         for _ in range(gamma):
             logits = self.model(input_ids=step_input[None], **cache_kwarg(self._cache), use_cache=True,

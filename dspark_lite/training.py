@@ -28,12 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
-from .runtime import progress
+from .runtime import check_finite, fast_autocast, model_device, optimizer_step, pad, progress
 from .drafters import AnchorBatch, BlockOutput
 from .kvcache import cache_kwarg
 from .resume import Checkpointer, restore_rng, rng_state
 from .speculative import sample_token, select_target_hidden
-from .target import check_finite, fast_autocast, optimizer_step
 
 
 class TrainableDrafter(Protocol):
@@ -82,10 +81,7 @@ class TrainingSequences:
     def batch(self, indices: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
         """(input_ids [B, T] right-padded with pad_token_id, lengths [B], prompt_lengths [B])."""
         rows = [self.sequences[i] for i in indices]
-        width = max(int(r.shape[0]) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        for row, seq in enumerate(rows):
-            ids[row, : seq.shape[0]] = seq
+        ids, _ = pad(rows, self.pad_token_id)
         lengths = torch.tensor([int(r.shape[0]) for r in rows])
         return ids, lengths, torch.tensor([self.prompt_lengths[i] for i in indices])
 
@@ -101,10 +97,13 @@ class TrainingSequences:
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | Tensor) -> Tensor:
-    """A user prompt rendered with the tokenizer's chat template (non-thinking, generation
-    prompt added), or an already encoded 1-D tensor passed through."""
+    """A user prompt as the first turn of a chat, through the tokenizer's chat template (thinking
+    off, generation prompt added), as token ids [T]; an already encoded 1-D tensor passes
+    through (chapters 03 and 07)."""
     if isinstance(prompt, Tensor):
         return prompt.long()
+    if not prompt.strip():
+        raise ValueError("the prompt is empty")
     text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                          add_generation_prompt=True, enable_thinking=False)
     return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
@@ -119,12 +118,7 @@ def sample_replies(
     left-padded (attention mask, positions counted from each prompt's first token) and
     decoded with a KV cache. Each reply stops after EOS (kept) or max_new_tokens."""
     device = next(target.parameters()).device
-    width = max(int(p.shape[0]) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - prompt.shape[0]:], mask[row, width - prompt.shape[0]:] = prompt, 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask = (t.to(device) for t in pad(list(prompts), pad_token_id, side="left"))
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     cache = DynamicCache(config=target.config)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
@@ -323,10 +317,6 @@ def _as_block_output(output: BlockOutput | Tensor) -> BlockOutput:
     return output if isinstance(output, BlockOutput) else BlockOutput(output)
 
 
-def _drafter_device(drafter: nn.Module) -> torch.device:
-    return next(drafter.parameters()).device
-
-
 @dataclass
 class TargetBatch:
     """A batch of sequences with freshly sampled anchors and the frozen target's view of it
@@ -351,7 +341,7 @@ def target_batch(target: PreTrainedModel, sequences: TrainingSequences, indices:
 
 def drafter_loss(drafter: TrainableDrafter, batch: TargetBatch, cfg: DrafterTrainConfig) -> tuple[Tensor, dict]:
     """The drafter's loss and metrics on a `TargetBatch` (chapter 03)."""
-    device = _drafter_device(drafter)
+    device = model_device(drafter)
     hidden = None if batch.hidden is None else batch.hidden.to(device)
     with fast_autocast(device):
         output = _as_block_output(drafter.train_logits(AnchorBatch(batch.input_ids.to(device), hidden,

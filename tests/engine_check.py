@@ -81,7 +81,7 @@ def run_checks() -> dict:
             assert torch.equal(rollout.tokens, expected), (
                 f"{name}: speculative greedy output differs from generate's on transformers "
                 f"{transformers.__version__}: {rollout.tokens.tolist()} vs {expected.tolist()}")
-            report["accepted"][name] = report["accepted"].get(name, 0) + sum(r.accepted for r in rollout.rounds)
+            report["accepted"][name] = report["accepted"].get(name, 0) + int(rollout.rounds.accepted.sum())
     assert report["accepted"]["target itself"] > 0 and report["accepted"]["noisy copy"] > 0
     return report
 

@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.batching (chapter 06b): batched verification, padded and packed into a
+"""Tests for dspark_lite.harness.batching (chapter 06b): batched verification, padded and packed into a
 varlen kernel, equals one-request verification, and real batched steps are timed, on a tiny
 random Qwen3 target."""
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from dspark_lite.batching import (
+from dspark_lite.harness.batching import (
     PACKED_ATTENTION, PackedBatch, batched_verify, batched_verify_logits, pack_layout, packed_model,
     packed_verify_logits, profile_varlen_step_curves, real_step_throughput, time_batched_step, time_packed_step,
 )
 from dspark_lite.scheduler import StepCurve
-from dspark_lite.serving import BlockRecords
+from dspark_lite.record import Rounds, logit
 from dspark_lite.speculative import Draft, autoregressive_generate, verify_block
 from test_drafters import VOCAB, tiny_target
 
@@ -96,7 +96,7 @@ def test_batched_verification_rejects_bad_batches(target):
 
 def test_time_batched_step_times_a_real_forward(target):
     seconds = time_batched_step(target, 3, [0, 4, 2], context_len=10, repeats=2, warmup=1)
-    assert 0 < seconds < 5
+    assert np.isfinite(seconds) and seconds > 0  # a time, not a bound on it (that would flake on a busy machine)
     with pytest.raises(ValueError, match="lengths must be R = 3 integers"):
         time_batched_step(target, 3, [1, 2], context_len=10, repeats=1)
 
@@ -158,7 +158,8 @@ def test_a_packed_batch_serves_many_forwards_and_needs_the_packed_model(target, 
 
 def test_time_packed_step_times_a_real_forward(packed):
     batch = PackedBatch.prefill(packed, contexts_of([10, 10, 10], seed=6))
-    assert 0 < time_packed_step(batch, [0, 4, 2], repeats=2, warmup=1) < 5
+    packed_seconds = time_packed_step(batch, [0, 4, 2], repeats=2, warmup=1)
+    assert np.isfinite(packed_seconds) and packed_seconds > 0
     assert batch.cache.get_seq_length() == 30
     with pytest.raises(ValueError, match="lengths must be R = 3 integers"):
         time_packed_step(batch, [1, 2], repeats=1)
@@ -168,7 +169,7 @@ def test_time_packed_step_times_a_real_forward(packed):
 
 
 def test_real_step_throughput_credits_record_tokens_and_times_both_kernels(target):
-    records = BlockRecords(np.full((4, 3), 0.9), np.array([3, 3, 1, 1]), ["math", "math", "chat", "chat"])
+    records = Rounds.of(np.full(4, 3), [3, 3, 1, 1], logit(np.full((4, 3), 0.9)), domain=["math", "math", "chat", "chat"])
     table = real_step_throughput(target, records, ["fixed", "mtp1"], FLAT, [1, 3], steps=2, context_len=8, repeats=1)
     assert table[["R", "scheduler"]].values.tolist() == [[1, "fixed"], [1, "mtp1"], [3, "fixed"], [3, "mtp1"]]
     assert (table.drop(columns=["R", "scheduler"]) > 0).all().all()

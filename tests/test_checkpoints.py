@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite import checkpoints
-from dspark_lite.checkpoints import CheckpointError
+from dspark_lite.harness import checkpoints
+from dspark_lite.harness.checkpoints import CheckpointError
 from dspark_lite.drafters import DFlashConfig, DFlashDrafter
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter
 
@@ -218,7 +218,7 @@ def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSp
 
     drafter, folder = saved
     whole, devices = [], []
-    real_open, real_init = safetensors.safe_open, drafters._init_linear_weights
+    real_open, real_init = safetensors.safe_open, drafters.init_linear_weights
 
     class Spy:
         def __init__(self, *args, **kwargs) -> None:
@@ -246,7 +246,7 @@ def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSp
         return real_init(module, std, seed)
 
     monkeypatch.setattr(safetensors, "safe_open", Spy)
-    monkeypatch.setattr(drafters, "_init_linear_weights", init_spy)
+    monkeypatch.setattr(drafters, "init_linear_weights", init_spy)
     loaded = checkpoints.load_released(folder, tiny_target())
     assert whole and not set(whole) & set(checkpoints.SHARED_KEYS), whole
     assert devices and set(devices) == {"meta"}, devices

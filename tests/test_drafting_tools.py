@@ -9,11 +9,11 @@ import pytest
 import torch
 from test_drafters import GAMMA, dflash, eagle, hidden_of, random_ids, tiny_target
 
-from dspark_lite import collisions, corpus, zoo
-from dspark_lite.costs import compare_draft_latency, draft_latency_curve
-from dspark_lite.evaluation import summarize
-from dspark_lite.profiles import get_profile
-from dspark_lite.speculative import RoundRecord
+from dspark_lite.harness import collisions, corpus, zoo
+from dspark_lite.harness.costs import compare_draft_latency, draft_latency_curve
+from dspark_lite.harness.evaluation import summarize
+from dspark_lite.harness.profiles import get_profile
+from dspark_lite.record import Rounds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -105,7 +105,7 @@ def test_compare_draft_latency_times_every_drafter_at_every_gamma():
 
 
 def test_summarize_computes_tau_and_both_acceptance_curves():
-    rounds = [RoundRecord(GAMMA, GAMMA), RoundRecord(GAMMA, 0), RoundRecord(GAMMA, 1), RoundRecord(GAMMA, 1)]
+    rounds = Rounds.of([GAMMA] * 4, [GAMMA, 0, 1, 1])
     report = summarize("math", rounds, GAMMA, tokens=12)
     assert report.tau == pytest.approx(np.mean([GAMMA + 1, 1, 2, 2]))
     assert report.conditional[:2] == [0.75, pytest.approx(1 / 3, abs=1e-4)]

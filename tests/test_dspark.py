@@ -8,12 +8,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_drafters import GAMMA, LAYER_IDS, MASK_ID, PAD_ID, dflash, hidden_of, random_ids, run_protocol, tiny_target
-from test_speculative import SIGNIFICANCE, chi_square_p_value, counts_of, exact_joint, sequence_codes, tiny_qwen3
+from reference import SIGNIFICANCE, chi_square_p_value
+from test_speculative import counts_of, exact_joint, sequence_codes, tiny_qwen3
 
 from dspark_lite import speculative
 from dspark_lite.drafters import AnchorBatch
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter, MarkovHead, RNNHead, sample_chain
-from dspark_lite.speculative import Drafter, autoregressive_generate, prefix_survival, speculative_generate
+from dspark_lite.record import Rounds, prefix_survival
+from dspark_lite.speculative import Drafter, autoregressive_generate, speculative_generate
 from dspark_lite.training import DrafterTrainConfig, generate_training_sequences, train_drafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -133,10 +135,10 @@ def test_verifier_receives_the_corrected_probabilities_of_the_sampled_chain(targ
     sequence = torch.cat([prompt, rollout.tokens])
     position = prompt.shape[0]  # the first anchor: the prefill's token
     assert len(judged) == len(rollout.rounds) >= 3
-    for draft, record in zip(judged, rollout.rounds):
+    for draft, accepted in zip(judged, rollout.rounds.accepted.tolist()):
         expected = teacher_forced_probs(drafter, target, sequence[: position + 1], draft.tokens)
         torch.testing.assert_close(draft.probs, expected, atol=1e-5, rtol=1e-4)
-        position += record.accepted + 1
+        position += accepted + 1
 
 
 def train_tiny_dspark(target, head_type: str, steps: int) -> DSparkDrafter:
@@ -167,8 +169,8 @@ def test_speculative_sampling_with_a_markov_drafter_matches_the_target_distribut
     for _ in range(SPECULATIVE_RUNS):
         rollout = speculative_generate(target, drafter, prompt, length, 2, temperature, generator)
         tokens.append(rollout.tokens)
-        rounds += rollout.rounds
-    assert 0.2 < prefix_survival(rounds)[0] < 0.95, "the test needs both acceptances and rejections"
+        rounds.append(rollout.rounds)
+    assert 0.2 < prefix_survival(Rounds.concat(rounds))[0] < 0.95, "the test needs both acceptances and rejections"
     counts = counts_of(sequence_codes(torch.stack(tokens), vocab), vocab**length)
     assert chi_square_p_value(counts, exact) > SIGNIFICANCE
 
@@ -251,21 +253,22 @@ def test_confidence_head_keys_shapes_and_clear_error_without_it(target):
     shapes = {k: tuple(v.shape) for k, v in drafter.state_dict().items() if k.startswith("confidence_head.")}
     assert shapes == {"confidence_head.proj.weight": (1, target.config.hidden_size + 8), "confidence_head.proj.bias": (1,)}
     with pytest.raises(ValueError, match="no confidence head"):
-        dspark(target).confidences(torch.zeros(2, target.config.hidden_size), torch.zeros(2, dtype=torch.long))
+        dspark(target).confidence_logits(torch.zeros(2, target.config.hidden_size), torch.zeros(2, dtype=torch.long))
 
 
 def test_draft_confidences_equal_the_teacher_forced_ones_of_the_sampled_chain(target):
-    """c_k reads h_k and the token before slot k (the anchor for k = 1): the drafted block's
-    confidences equal sigmoid of the training forward's confidence logits on that chain."""
+    """z_k reads h_k and the token before slot k (the anchor for k = 1): the drafted block's
+    confidence logits equal the training forward's confidence logits on that chain."""
     drafter = confident(target)
     sequence, draft = run_protocol(drafter, target, random_ids(4, 7), [1, 3], GAMMA, seed=5)
-    assert draft.confidences.shape == (GAMMA,)
-    assert bool(((draft.confidences > 0) & (draft.confidences < 1)).all())
+    assert draft.confidence_logits.shape == (GAMMA,) and draft.confidence_logits.dtype == torch.float32
+    assert bool(torch.isfinite(draft.confidence_logits).all())
     teacher = torch.cat([sequence, draft.tokens])[None]
     batch = AnchorBatch(teacher, hidden_of(target, teacher), torch.tensor([[sequence.shape[0] - 1]]))
-    forced = torch.sigmoid(drafter.train_logits(batch).confidence_logits[0, 0, :GAMMA].float())
-    torch.testing.assert_close(draft.confidences, forced, atol=1e-5, rtol=1e-4)
-    assert float(draft.confidences.max() - draft.confidences.min()) > 0.05, "the head must depend on the slot"
+    forced = drafter.train_logits(batch).confidence_logits[0, 0, :GAMMA].float()
+    torch.testing.assert_close(draft.confidence_logits, forced, atol=1e-5, rtol=1e-4)
+    confidences = torch.sigmoid(draft.confidence_logits)
+    assert float(confidences.max() - confidences.min()) > 0.05, "the head must depend on the slot"
 
 
 def test_a_confidence_head_attached_to_a_frozen_drafter_trains_alone(target):

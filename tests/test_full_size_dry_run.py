@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dspark_lite.results import results_dir
+from dspark_lite.harness.results import results_dir
 
 REPO = Path(__file__).resolve().parent.parent
 RAM_LIMIT_GIB = 20.0  # this machine has 24 GB; target 7.5 GiB + drafter 1.1 GiB + working memory must fit well under it

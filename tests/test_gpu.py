@@ -5,13 +5,15 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from dspark_lite import evalsets, gpu, results
-from dspark_lite.evaluation import summarize
-from dspark_lite.profiles import get_profile
-from dspark_lite.speculative import RoundRecord
+from dspark_lite.harness import benchmark, evalsets, gpu, results
+from dspark_lite.harness.evaluation import summarize
+from dspark_lite.harness.profiles import get_profile
+from dspark_lite.record import Rounds
+from dspark_lite.training import encode_prompt
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,7 +37,6 @@ def test_slug_and_shard() -> None:
 
 def test_paper_table1_covers_the_benchmarks() -> None:
     assert all(list(row) == list(evalsets.TABLE1_ORDER) for row in gpu.PAPER_TABLE1.values())
-    assert gpu.PAPER_TABLE1["dspark"]["gsm8k"] == 6.11 and gpu.PAPER_TABLE1["dflash"]["arena-hard-v2"] == 2.83
 
 
 def test_smoke_world_goes_through_the_released_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,10 +45,10 @@ def test_smoke_world_goes_through_the_released_layout(tmp_path: Path, monkeypatc
     world = gpu.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
     assert sorted(p.name for p in (tmp_path / "world" / "dspark_tiny_block7").iterdir()) == ["config.json", "model.safetensors"]
     assert set(world.drafters) == {"dflash", "dspark"} and world.drafters["dspark"].confidence_head is not None
-    ids = gpu.encode_first_turn(world.tokenizer, "Solve 2 + 2.")
+    ids = encode_prompt(world.tokenizer, "Solve 2 + 2.")
     assert ids.dim() == 1 and ids.numel() > 3
     run = gpu.run_benchmark(world, "dspark", ["Solve 2 + 2."], study, seed=0)
-    assert 1.0 <= run.acceptance.tau <= study.gamma + 1 and run.acceptance.records
+    assert 1.0 <= run.acceptance.tau <= study.gamma + 1 and len(run.acceptance.record) == run.acceptance.rounds
     path = gpu.save_results(world, {"table1": {"dspark": {"gsm8k": run.acceptance.tau}}}, "smoke")
     assert path.parent == tmp_path / "results" and "data/results" not in str(path)
 
@@ -118,7 +119,7 @@ def test_baseline_samples_at_t1_whatever_the_hub_config_says() -> None:
         torch.manual_seed(seed)
         samples.append(gpu.hf_generate(target, 12, 1.0, None, 0)(ids))
     assert any(not torch.equal(s[: len(greedy)], greedy[: len(s)]) for s in samples), "sampling at T = 1 gave greedy"
-    config = gpu.baseline_generation_config(12, 1.0, [62, 63], None)
+    config = benchmark.generation_config(12, 1.0, [62, 63], None)
     merged, _ = target._prepare_generation_config(config)  # transformers' own merge with the model's config
     assert (merged.top_k, merged.top_p, merged.min_p, merged.repetition_penalty, merged.temperature) == (0, 1.0, 0.0, 1.0, 1.0)
     assert merged.eos_token_id == [62, 63]
@@ -155,7 +156,7 @@ def test_real_runs_refuse_the_fixture(tmp_path: Path, monkeypatch: pytest.Monkey
     world = gpu.World("real", torch.device("cuda:0"), torch.bfloat16, None, None, {})
     assert gpu.result_path(world, "fixture").name == "qwen3_4b_l4_fixture.json"
     assert gpu.result_path(world, "deepspec").name == "qwen3_4b_l4.json"
-    run = gpu.BenchmarkRun(summarize("gsm8k", [RoundRecord(7, 3)], 7, 4, keep_records=True),
+    run = gpu.BenchmarkRun(summarize("gsm8k", Rounds.of([7], [3]), 7, 4, keep_record=True),
                            dict.fromkeys(gpu.PHASES, 0.0))
     assert "tau (paper)" not in gpu.table1_frame({"dspark": {"gsm8k": run}}, compare=False)
     assert gpu.table1_frame({"dspark": {"gsm8k": run}})["tau (paper)"].tolist() == [6.11]
@@ -163,20 +164,25 @@ def test_real_runs_refuse_the_fixture(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_merge_pools_the_ranks_parts() -> None:
     """torchrun: rank 0 merges every rank's part into one run; a missing or repeated rank is an error."""
-    def part(rank: int, rounds: list) -> dict:
+    def part(rank: int, rounds: Rounds) -> dict:
         return {"rank": rank, "world_size": 2, "runs": {"dspark": {"gsm8k": {
-            "rounds": rounds, "tokens": sum(a + 1 for _, a, _, _ in rounds),
+            "rounds": rounds.to_json(), "tokens": int(rounds.emitted.sum()),
             "seconds": {"prefill": 0.1, "draft": 0.2, "verify": 0.3, "overhead": 0.4}}}}}
 
-    c = [0.9] * 7
+    z = np.full((2, 7), 2.0)
     # rank 1's last round accepted 3 drafts, the third an end token: 3 tokens, no bonus (DeepSpec)
-    parts = [part(0, [[7, 7, c, False], [7, 2, c, False]]), part(1, [[7, 0, c, False], [3, 3, c[:3], True]])]
+    ended = np.where(np.arange(7) < 3, 2.0, np.nan)
+    parts = [part(0, Rounds.of([7, 7], [7, 2], z)), part(1, Rounds.of([7, 3], [0, 3], np.stack([z[0], ended]),
+                                                                      ended_in_draft=[False, True]))]
     runs = gpu.merge_parts(json.loads(json.dumps(parts)), gamma=7)
     run = runs["dspark"]["gsm8k"]
     assert run.acceptance.rounds == 4 and run.acceptance.tau == pytest.approx((8 + 3 + 1 + 3) / 4)
-    assert run.seconds["verify"] == pytest.approx(0.6) and run.acceptance.tokens == 8 + 3 + 1 + 4
-    assert [(r.accepted, r.ended_in_draft) for r in run.acceptance.records] == [(7, False), (2, False), (0, False), (3, True)]
-    assert gpu.block_records(runs["dspark"], 7).confidences.shape == (3, 7)  # full blocks only
+    assert run.seconds["verify"] == pytest.approx(0.6) and run.acceptance.tokens == 8 + 3 + 1 + 3  # the tokens each rank reported, summed
+    record = run.acceptance.record
+    assert list(zip(record.accepted.tolist(), record.ended_in_draft.tolist())) == [(7, False), (2, False), (0, False),
+                                                                                  (3, True)]
+    full = gpu.block_records(runs["dspark"], 7)
+    assert full.logits.shape == (3, 7) and full.domains == ["math"]  # full blocks only, labelled by domain
     overheads = gpu.engine_overheads(runs)
     assert overheads.loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 4)
     with pytest.raises(ValueError, match="one part per rank"):

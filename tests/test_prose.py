@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 
 from ci.check_prose import check_notebook, measured_numbers
-from dspark_lite import results
+from dspark_lite.harness import results
 
 
 def test_a_typed_in_measurement_fails() -> None:

@@ -9,9 +9,10 @@ import pytest
 import torch
 from test_drafters import PAD_ID, dflash, eagle, random_ids, stub_tokenizer, tiny_target
 
-from dspark_lite import cache, resume
-from dspark_lite.profiles import get_profile
-from dspark_lite.target import build_target, train_causal_lm
+from dspark_lite import resume
+from dspark_lite.harness import cache
+from dspark_lite.harness.profiles import get_profile
+from dspark_lite.harness.target import build_target, train_causal_lm
 from dspark_lite.training import DrafterTrainConfig, generate_training_sequences, train_drafters
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dspark_lite import results
+from dspark_lite.harness import results
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO / "chapters").glob("*.ipynb"))
@@ -56,8 +56,8 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"{{name}} is blocked: the headless path must not import it")
 sys.meta_path.insert(0, Block())
 import runpy
-sys.argv = ["python -m dspark_lite.gpu"] + {argv!r}
-runpy.run_module("dspark_lite.gpu", run_name="__main__", alter_sys=True)
+sys.argv = ["python -m dspark_lite.harness.gpu"] + {argv!r}
+runpy.run_module("dspark_lite.harness.gpu", run_name="__main__", alter_sys=True)
 """
 
 
@@ -82,7 +82,7 @@ def test_headless_path_does_not_import_datasets(tmp_path: Path) -> None:
 
 
 def test_headless_smoke_run_writes_the_whole_measurement(tmp_path: Path) -> None:
-    """`python -m dspark_lite.gpu --mode smoke` with the notebook modules blocked: one results file
+    """`python -m dspark_lite.harness.gpu --mode smoke` with the notebook modules blocked: one results file
     with tau, Figure 2, STS, engine overheads per round, the race, SPS(B), the simulator, peak memory."""
     out = tmp_path / "smoke.json"
     done = _headless(["--mode", "smoke", "--out", str(out), "--prompts", "1", "--new-tokens", "24"], tmp_path, 600)
@@ -101,11 +101,11 @@ def test_headless_smoke_run_writes_the_whole_measurement(tmp_path: Path) -> None
 
 
 def test_torchrun_shards_pool_to_the_single_process_run(tmp_path: Path) -> None:
-    """`torchrun --nproc_per_node 2 -m dspark_lite.gpu` (gloo on the CPU): each rank measures its
+    """`torchrun --nproc_per_node 2 -m dspark_lite.harness.gpu` (gloo on the CPU): each rank measures its
     shard and writes its part, rank 0 merges; every prompt is seeded with seed + its index, so the
     pooled tau and acceptance curves equal a single process's exactly."""
     env = {**os.environ, "DSPARK_RESULTS": str(tmp_path / "results"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    args = ["-m", "dspark_lite.gpu", "--mode", "smoke", "--prompts", "2", "--new-tokens", "24", "--no-race", "--no-profile"]
+    args = ["-m", "dspark_lite.harness.gpu", "--mode", "smoke", "--prompts", "2", "--new-tokens", "24", "--no-race", "--no-profile"]
     torchrun = Path(sys.executable).with_name("torchrun")
     runs = {"two": [str(torchrun), "--nproc_per_node", "2", *args, "--out", str(tmp_path / "two.json")],
             "one": [sys.executable, *args, "--out", str(tmp_path / "one.json")]}

@@ -12,28 +12,24 @@ import numpy as np
 import pytest
 import torch
 from engine_check import noisy_copy
+from reference import SIGNIFICANCE, chi_square_p_value
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite import speculative
+from dspark_lite import checks
+from dspark_lite.record import Rounds, conditional_acceptance, expected_tau_from_conditional, prefix_survival, tau
 from dspark_lite.speculative import (
     Draft,
     Drafter,
     ModelDrafter,
-    RoundRecord,
     autoregressive_generate,
-    conditional_acceptance,
-    expected_tau_from_conditional,
     gumbel_perturbed,
-    prefix_survival,
     probs_from_logits,
     rejection_sample,
     sample_from_probs,
     speculative_generate,
-    tau,
     verify_block,
 )
 
-SIGNIFICANCE = 1e-3
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -56,23 +52,6 @@ def tiny_qwen3(seed: int, vocab_size: int = 16, num_layers: int = 2, logit_scale
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return model
-
-
-def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
-    """Pearson's chi-square goodness of fit; cells expected below 5 are pooled into one.
-    The p-value is the chi-square survival function Q(dof/2, stat/2), computed with
-    torch.special.gammaincc (scipy is not a dependency)."""
-    counts, probs = counts.ravel().astype(float), probs.ravel().astype(float)
-    expected = probs * counts.sum()
-    small = expected < 5
-    observed = np.append(counts[~small], counts[small].sum())
-    expected = np.append(expected[~small], expected[small].sum())
-    keep = expected > 0
-    assert observed[~keep].sum() == 0, "a sample landed where the exact probability is 0"
-    statistic = float(((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum())
-    dof = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
-                                         torch.tensor(statistic / 2.0, dtype=torch.float64)))
 
 
 def random_distributions(generator: torch.Generator, rows: int, vocab: int, zeros: int = 0) -> torch.Tensor:
@@ -262,10 +241,10 @@ def test_greedy_speculation_reproduces_target(target, close_drafter, gamma):
             rollout = speculative_generate(target, ModelDrafter(drafter_model), prompt, max_new_tokens, gamma, 0.0, generator)
             assert torch.equal(rollout.tokens, expected)
             # Every round proposes gamma; the last may overshoot max_new_tokens (cut), no round is wasted.
-            assert 1 + sum(r.accepted + 1 for r in rollout.rounds[:-1]) < max_new_tokens == len(rollout.tokens)
-            assert 1 + sum(r.accepted + 1 for r in rollout.rounds) >= max_new_tokens
-            assert all(r.proposed == gamma for r in rollout.rounds)
-            accepted_any |= any(r.accepted > 0 for r in rollout.rounds)
+            assert 1 + int((rollout.rounds[:-1].accepted + 1).sum()) < max_new_tokens == len(rollout.tokens)
+            assert 1 + int((rollout.rounds.accepted + 1).sum()) >= max_new_tokens
+            assert bool((rollout.rounds.proposed == gamma).all())
+            accepted_any |= bool((rollout.rounds.accepted > 0).any())
     assert accepted_any, "the close drafter should get some drafts accepted"
 
 
@@ -278,8 +257,8 @@ def test_target_as_its_own_drafter_accepts_everything(target, temperature):
     rollout = speculative_generate(target, ModelDrafter(target), torch.tensor(PROMPTS[0]), 25, 4, temperature,
                                    torch.Generator().manual_seed(1))
     assert len(rollout.tokens) == 25
-    assert all(r.accepted == r.proposed for r in rollout.rounds)
-    assert [r.proposed for r in rollout.rounds] == [4, 4, 4, 4, 4]
+    assert bool((rollout.rounds.accepted == rollout.rounds.proposed).all())
+    assert rollout.rounds.proposed.tolist() == [4, 4, 4, 4, 4]
     assert tau(rollout.rounds) == 5.0
 
 
@@ -311,7 +290,7 @@ def test_drafter_receives_target_hidden_states_of_committed_positions(target, cl
     with torch.inference_mode():
         hidden_states = target(sequence[None], output_hidden_states=True).hidden_states
     expected = torch.cat([hidden_states[1][0], hidden_states[2][0]], dim=-1)
-    committed = len(prompt) + sum(r.accepted + 1 for r in rollout.rounds[:-1])
+    committed = len(prompt) + int((rollout.rounds[:-1].accepted + 1).sum())
     assert len(rollout.rounds) >= 3 and len(drafter.received) == len(rollout.rounds)
     assert received.shape == (committed, 2 * target.config.hidden_size)
     torch.testing.assert_close(received, expected[:committed], atol=1e-4, rtol=1e-4)
@@ -340,9 +319,9 @@ def test_every_round_proposes_gamma_and_the_output_is_cut(target, close_drafter,
     prompt, gamma = torch.tensor(PROMPTS[2]), 4
     rollout = speculative_generate(target, ModelDrafter(close_drafter), prompt, max_new_tokens, gamma, 0.0, None)
     assert torch.equal(rollout.tokens, autoregressive_generate(target, prompt, max_new_tokens, 0.0, None))
-    assert [r.proposed for r in rollout.rounds] == [gamma] * len(rollout.rounds)
+    assert rollout.rounds.proposed.tolist() == [gamma] * len(rollout.rounds)
     assert len(rollout.rounds) == 0 if max_new_tokens == 1 else len(rollout.rounds) >= 1
-    assert 1 + sum(r.accepted + 1 for r in rollout.rounds[:-1]) < max_new_tokens or not rollout.rounds
+    assert 1 + int((rollout.rounds[:-1].accepted + 1).sum()) < max_new_tokens or not rollout.rounds
 
 
 def first_occurrences(tokens: list[int]) -> dict[int, int]:
@@ -385,11 +364,11 @@ def test_a_round_ended_by_an_accepted_end_token_counts_as_deepspec_counts_it(tar
                                    eos_token_id=full[index])
     assert rollout.tokens.tolist() == full[: index + 1]
     full_rounds, ended = (index - 1) // 5, slot < gamma
-    counts = [(r.proposed, r.accepted) for r in rollout.rounds]
+    counts = list(zip(rollout.rounds.proposed.tolist(), rollout.rounds.accepted.tolist()))
     assert counts == [(gamma, gamma)] * full_rounds + [(slot + 1, slot + 1) if ended else (gamma, gamma)]
     acceptance_lengths = [gamma + 1] * full_rounds + [slot + 1 if ended else gamma + 1]  # DeepSpec's
     assert tau(rollout.rounds) == pytest.approx(np.mean(acceptance_lengths))
-    assert [getattr(r, "ended_in_draft", None) for r in rollout.rounds] == [False] * full_rounds + [ended]
+    assert rollout.rounds.ended_in_draft.tolist() == [False] * full_rounds + [ended]
 
 
 def test_phase_seconds_are_measured_only_when_timed(target, close_drafter):
@@ -412,14 +391,14 @@ class DoubledProbsDrafter(ModelDrafter):
 
     def draft(self, anchor_ids, gamma, temperature, generator):
         draft = super().draft(anchor_ids, gamma, temperature, generator)
-        return Draft(draft.tokens, 2 * draft.probs, draft.confidences)
+        return Draft(draft.tokens, 2 * draft.probs, draft.confidence_logits)
 
 
 def test_draft_validation_is_opt_in(target, close_drafter, monkeypatch):
-    """validate_draft runs once a round with validate=True and never by default; a draft with
+    """checks.draft runs once a round with validate=True and never by default; a draft with
     bad distributions is caught only when asked (greedy verification compares tokens only)."""
-    calls, real = [], speculative.validate_draft
-    monkeypatch.setattr(speculative, "validate_draft", lambda draft, logits: calls.append(1) or real(draft, logits))
+    calls, real = [], checks.draft
+    monkeypatch.setattr(checks, "draft", lambda draft, logits: calls.append(1) or real(draft, logits))
     prompt = torch.tensor(PROMPTS[0])
     expected = autoregressive_generate(target, prompt, 20, 0.0, None)
     assert torch.equal(speculative_generate(target, ModelDrafter(close_drafter), prompt, 20, 3, 0.0, None).tokens,
@@ -454,7 +433,7 @@ def test_engine_is_right_under_the_old_crop_semantics(target, monkeypatch):
     prompt = torch.tensor(PROMPTS[2])
     expected = autoregressive_generate(target, prompt, 30, 0.0, None)
     rollout = speculative_generate(target, ModelDrafter(target), prompt, 30, 4, 0.0, None)
-    assert all(r.accepted == r.proposed for r in rollout.rounds)
+    assert bool((rollout.rounds.accepted == rollout.rounds.proposed).all())
     assert torch.equal(rollout.tokens, expected)
 
 
@@ -469,10 +448,10 @@ def test_end_ids_accepts_one_id_or_several():
 
 
 def test_ended_round_records_are_checked():
-    records = [RoundRecord(4, 2), RoundRecord(3, 3, ended_in_draft=True)]
+    records = Rounds.of([4, 3], [2, 3], ended_in_draft=[False, True])
     assert tau(records) == pytest.approx((3 + 3) / 2)
     with pytest.raises(ValueError, match="ended_in_draft"):
-        tau([RoundRecord(4, 2, ended_in_draft=True)])
+        Rounds.of([4], [2], ended_in_draft=[True])
 
 
 def exact_joint(target, prompt: torch.Tensor, temperature: float, length: int) -> torch.Tensor:
@@ -519,7 +498,8 @@ def test_speculative_sampling_matches_target_distribution(target, close_drafter)
     for _ in range(SPECULATIVE_RUNS):
         rollout = speculative_generate(target, drafter, prompt, length, 2, TEMPERATURE, generator)
         tokens.append(rollout.tokens)
-        rounds += rollout.rounds
+        rounds.append(rollout.rounds)
+    rounds = Rounds.concat(rounds)
     speculative_counts = counts_of(sequence_codes(torch.stack(tokens), vocab), vocab**length)
     assert 0.2 < prefix_survival(rounds)[0] < 0.95, "the test needs both acceptances and rejections"
     assert chi_square_p_value(speculative_counts, exact) > SIGNIFICANCE
@@ -549,7 +529,7 @@ def test_model_drafter_reports_the_distributions_it_samples_from(close_drafter):
 
 def test_metrics_on_hand_made_records():
     # (proposed, accepted); the last round is short (near max_new_tokens).
-    records = [RoundRecord(p, a) for p, a in [(3, 3), (3, 0), (3, 1), (3, 2), (2, 2)]]
+    records = Rounds.of([3, 3, 3, 3, 2], [3, 0, 1, 2, 2])
     assert tau(records) == pytest.approx((4 + 1 + 2 + 3 + 3) / 5)
     # k=1: 4 of 5 rounds accepted >= 1; k=2: 3 of 5; k=3: only the 4 rounds that proposed 3
     # count, and 1 of them accepted all 3.
@@ -564,12 +544,12 @@ def test_metrics_on_hand_made_records():
 
 def test_expected_tau_matches_tau_when_every_round_proposes_gamma():
     rng = np.random.default_rng(0)
-    records = [RoundRecord(5, int(a)) for a in rng.integers(0, 6, size=200)]
+    records = Rounds.of(np.full(200, 5), rng.integers(0, 6, size=200))
     assert expected_tau_from_conditional(conditional_acceptance(records)) == pytest.approx(tau(records))
 
 
 def test_conditional_acceptance_is_nan_without_denominator():
-    records = [RoundRecord(3, 0), RoundRecord(3, 0)]
+    records = Rounds.of([3, 3], [0, 0])
     alpha = conditional_acceptance(records)
     assert alpha[0] == 0 and np.isnan(alpha[1:]).all()
     assert expected_tau_from_conditional(alpha) == 1.0
@@ -577,9 +557,9 @@ def test_conditional_acceptance_is_nan_without_denominator():
 
 def test_metrics_reject_bad_records():
     with pytest.raises(ValueError, match="no rounds"):
-        tau([])
+        tau(Rounds.of([], []))
     with pytest.raises(ValueError, match="accepted <= proposed"):
-        prefix_survival([RoundRecord(2, 3)])
+        Rounds.of([2], [3])
     with pytest.raises(ValueError, match="probability"):
         expected_tau_from_conditional([0.5, 1.5])
 
@@ -597,7 +577,7 @@ def test_gumbel_max_draws_from_the_tempered_softmax():
 
 
 def test_race_takes_turns_on_every_prompt_and_counts_tokens():
-    from dspark_lite import benchmark
+    from dspark_lite.harness import benchmark
 
     calls = []
 
@@ -622,11 +602,11 @@ def test_only_transformers_own_assistant_notice_is_dropped(caplog) -> None:
     assistant call; any other warning of that logger still shows."""
     import logging
 
-    from dspark_lite.benchmark import _without_assistant_config_notice
+    from dspark_lite.harness.benchmark import without_assistant_config_notice
 
     logger = logging.getLogger("transformers.generation.utils")
     with caplog.at_level(logging.WARNING, logger="transformers.generation.utils"):
-        with _without_assistant_config_notice():
+        with without_assistant_config_notice():
             logger.warning("Passing `generation_config` together with generation-related arguments=({'x'})")
             logger.warning("something else went wrong")
         logger.warning("Passing `generation_config` together with generation-related arguments=({'y'})")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dspark_lite import cache, corpus, tokenizer as toks
-from dspark_lite.profiles import get_profile
-from dspark_lite.target import build_target, pack, reply_token_stats, train_causal_lm
-from dspark_lite.world import load_toy_world
+from dspark_lite.harness import cache, corpus, tokenizer as toks
+from dspark_lite.harness.profiles import get_profile
+from dspark_lite.harness.target import build_target, pack, reply_token_stats, train_causal_lm
+from dspark_lite.harness.world import load_toy_world
 
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
@@ -227,7 +227,7 @@ def test_smoke_world_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_latency_curve_covers_every_query_count_and_rejects_bad_input() -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from dspark_lite.costs import forward_latency_curve
+    from dspark_lite.harness.costs import forward_latency_curve
 
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                          num_key_value_heads=1, head_dim=16, intermediate_size=64))
@@ -247,10 +247,10 @@ def test_editing_any_module_of_the_package_changes_every_key(tmp_path: Path) -> 
     shutil.copytree(cache.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
     before = cache.package_source_hash(package)
     assert before == cache.package_source_hash(cache.PACKAGE)
-    for module in sorted(package.glob("*.py")):
+    for module in sorted(package.rglob("*.py")):
         original = module.read_bytes()
         module.write_bytes(original + b"\n# an edit\n")
-        assert cache.package_source_hash(package) != before, module.name
+        assert cache.package_source_hash(package) != before, module.relative_to(package)
         module.write_bytes(original)
     assert cache.package_source_hash(package) == before
-    assert len(list(package.glob("*.py"))) > 20  # every module, not a hand-kept list
+    assert len(list(package.rglob("*.py"))) > 25  # every module of both layers, not a hand-kept list

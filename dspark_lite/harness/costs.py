@@ -10,13 +10,11 @@ requests, each on a cached context) go through the target in one forward;
 `save_step_curve` / `load_step_curve` keep such a table as JSON, with `device_meta` saying
 where it was measured. `profile_step_curves` measures one table per concurrency R (B from R
 to R(gamma + 1), over exactly R requests), because on a CPU a step's time depends on how many
-requests' contexts it attends to, not only on B; `curve_at` picks the table for an R.
+requests' contexts it attends to, not only on B; `serving.curve_at` picks the table for an R.
 """
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -25,16 +23,13 @@ import torch
 import transformers
 from transformers import DynamicCache, PreTrainedModel
 
-from .runtime import progress
-from .kvcache import cache_kwarg, new_cache, remove_tokens
-from .scheduler import StepCurve
-from .speculative import Drafter, target_hidden
-from .results import cpu_name
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from ..checks import positive_int
+from ..runtime import model_device, progress
+from ..kvcache import cache_kwarg, new_cache, remove_tokens
+from ..scheduler import StepCurve
+from ..speculative import Drafter, target_hidden
+from .results import cpu_name, write_json
+from .timing import check_positions, interleaved_medians, seconds
 
 
 @torch.inference_mode()
@@ -56,23 +51,19 @@ def forward_latency_curve(
     context = torch.randint(0, vocab, (1, context_len), generator=generator).to(device)
     cache = new_cache(model)
     model(input_ids=context, **cache_kwarg(cache), use_cache=True, logits_to_keep=1)
-    times: dict[int, list[float]] = {q: [] for q in query_counts}
     order = list(query_counts)
-    # Round-robin over q in a fresh random order each repeat, so slow drifts of the machine
-    # (frequency, other processes) spread over every q instead of biasing a few.
-    for i in progress(range(warmup + repeats), desc="latency vs query tokens", leave=False):
-        for j in torch.randperm(len(order), generator=generator).tolist():
-            q = order[j]
-            queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
-            positions = torch.arange(context_len, context_len + q, device=device)[None]
-            _sync(device)
-            start = time.perf_counter()
-            model(input_ids=queries, **cache_kwarg(cache), use_cache=True, position_ids=positions)
-            _sync(device)
-            if i >= warmup:
-                times[q].append(time.perf_counter() - start)
-            remove_tokens(cache, q)
-    return {q: statistics.median(t) for q, t in times.items()}
+
+    def time_one(j: int) -> float:
+        q = order[j]
+        queries = torch.randint(0, vocab, (1, q), generator=generator).to(device)
+        positions = torch.arange(context_len, context_len + q, device=device)[None]
+        elapsed = seconds(lambda: model(input_ids=queries, **cache_kwarg(cache), use_cache=True,
+                                        position_ids=positions), device)
+        remove_tokens(cache, q)
+        return elapsed
+
+    medians = interleaved_medians(len(order), time_one, repeats, warmup, generator, "latency vs query tokens")
+    return dict(zip(order, medians))
 
 
 def draft_latency_curve(
@@ -112,34 +103,27 @@ def compare_draft_latency(
     layer_sets = {getattr(d, "target_layer_ids", None) for _, _, d in entries}
     hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
     generator = torch.Generator().manual_seed(seed)
-    times: dict[tuple[str, int], list[float]] = {(name, gamma): [] for name, gamma, _ in entries}
-    for i in progress(range(warmup + repeats), desc="draft latency vs gamma", leave=False):
-        for j in torch.randperm(len(entries), generator=generator).tolist():
-            name, gamma, drafter = entries[j]
-            hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]
-            drafter.start(ids[:length], None if hidden is None else hidden[:length])
-            drafter.draft(ids[:length + 1], 1, 1.0, generator)
-            drafter.accept(0, None if hidden is None else hidden[length:length + 1])
-            _sync(device)
-            start = time.perf_counter()
-            drafter.draft(ids, gamma, 1.0, generator)
-            _sync(device)
-            if i >= warmup:
-                times[(name, gamma)].append(time.perf_counter() - start)
-    return {name: {gamma: statistics.median(times[(name, gamma)]) for gamma in curve} for name, curve in drafters.items()}
+
+    def time_one(j: int) -> float:
+        name, gamma, drafter = entries[j]
+        hidden = hidden_of[getattr(drafter, "target_layer_ids", None)]
+        drafter.start(ids[:length], None if hidden is None else hidden[:length])
+        drafter.draft(ids[:length + 1], 1, 1.0, generator)
+        drafter.accept(0, None if hidden is None else hidden[length:length + 1])
+        return seconds(lambda: drafter.draft(ids, gamma, 1.0, generator), device)
+
+    medians = interleaved_medians(len(entries), time_one, repeats, warmup, generator, "draft latency vs gamma")
+    timed = {(name, gamma): m for (name, gamma, _), m in zip(entries, medians)}
+    return {name: {gamma: timed[(name, gamma)] for gamma in curve} for name, curve in drafters.items()}
 
 
 # ========================================================================== SPS(B), the step curve
 
 
-def _model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 def device_meta(model: PreTrainedModel) -> dict[str, Any]:
     """Where a measurement ran: device, its name, torch/transformers versions, threads,
     dtype and model size (chapter 06b). JSON-ready."""
-    device = _model_device(model)
+    device = model_device(model)
     meta: dict[str, Any] = {
         "device": str(device), "cpu": cpu_name(), "torch": torch.__version__,
         "transformers": transformers.__version__, "threads": torch.get_num_threads(),
@@ -159,24 +143,11 @@ def spread_tokens(batch: int, requests: int) -> list[int]:
     return [batch // rows + (r < batch % rows) for r in range(rows)]
 
 
-def _check_positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    return int(value)
-
-
-def _check_positions(model: PreTrainedModel, needed: int) -> None:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and needed > limit:
-        raise ValueError(f"context plus query block needs {needed} positions, beyond the target's "
-                         f"max_position_embeddings = {limit}; use a shorter context_len")
-
-
 def _prefill(model: PreTrainedModel, rows: int, context_len: int, generator: torch.Generator) -> DynamicCache:
     """A cache holding `rows` random contexts of `context_len` tokens each. Only the last
     position's logits are computed: full-vocabulary logits of 64 x 256 positions of
     Qwen3-4B would take 4.6 GiB in bf16."""
-    device = _model_device(model)
+    device = model_device(model)
     context = torch.randint(0, model.config.vocab_size, (rows, context_len), generator=generator).to(device)
     cache = new_cache(model)
     model(input_ids=context, **cache_kwarg(cache), use_cache=True, logits_to_keep=1)
@@ -195,51 +166,49 @@ def _timed_forward(model: PreTrainedModel, cache: DynamicCache, counts: Sequence
                    generator: torch.Generator) -> float:
     """Seconds of one forward of right-padded query blocks (counts[r] real tokens in row r)
     on top of a cache of `context_len` tokens per row; the cache is cropped back after."""
-    device = _model_device(model)
+    device = model_device(model)
     rows, width = len(counts), max(counts)
     ids = torch.randint(0, model.config.vocab_size, (rows, width), generator=generator).to(device)
     real = (torch.arange(width)[None] < torch.tensor(counts)[:, None]).long()
     mask = torch.cat([torch.ones(rows, context_len, dtype=torch.long), real], dim=1).to(device)
     positions = (context_len + torch.arange(width, device=device)).expand(rows, width)
-    _sync(device)
-    start = time.perf_counter()
-    model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwarg(cache), use_cache=True)
-    _sync(device)
-    elapsed = time.perf_counter() - start
+    elapsed = seconds(lambda: model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwarg(cache),
+                                    use_cache=True), device)
     remove_tokens(cache, width)
     return elapsed
 
 
 @torch.inference_mode()
-def _median_seconds(model: PreTrainedModel, layouts: list[list[int]], context_len: int, repeats: int,
-                    warmup: int, seed: int, desc: str | None) -> list[float]:
-    """Median seconds of a padded batched forward for each layout (per-request query counts).
+def median_step_seconds(model: PreTrainedModel, layouts: list[list[int]], context_len: int, repeats: int,
+                        warmup: int, seed: int, desc: str | None) -> list[float]:
+    """Median seconds of a padded batched forward for each layout (per-request query counts;
+    chapter 06b).
 
     One cache of random contexts is prefilled for the largest row count; layouts with fewer
-    rows time on a copy of its first rows. Layouts sharing a row count take turns in a fresh
-    random order each repetition (so drifts of the machine hit them alike); row counts are
-    timed one after another, largest first, so only one extra copy is alive at a time.
+    rows time on a copy of its first rows. Layouts sharing a row count take turns
+    (`timing.interleaved_medians`); row counts are timed one after another, largest first, so
+    only one extra copy is alive at a time.
     """
     generator = torch.Generator().manual_seed(seed)
     most = max(len(layout) for layout in layouts)
     full = _prefill(model, most, context_len, generator)
-    times: list[list[float]] = [[] for _ in layouts]
+    medians: list[float] = [0.0] * len(layouts)
     groups: dict[int, list[int]] = {}
     for index, layout in enumerate(layouts):
         groups.setdefault(len(layout), []).append(index)
-    bar = progress(total=len(layouts) * (warmup + repeats), desc=desc, leave=False, disable=desc is None)
+    bar = progress(total=len(groups), desc=desc, leave=False, disable=desc is None)
     for rows in sorted(groups, reverse=True):
         cache = full if rows == most else _first_rows(full, rows, model)
         members = groups[rows]
-        for i in range(warmup + repeats):
-            for j in torch.randperm(len(members), generator=generator).tolist():
-                seconds = _timed_forward(model, cache, layouts[members[j]], context_len, generator)
-                if i >= warmup:
-                    times[members[j]].append(seconds)
-                bar.update()
-        del cache
+        times = interleaved_medians(len(members), lambda j: _timed_forward(model, cache, layouts[members[j]],
+                                                                           context_len, generator),
+                                    repeats, warmup, generator)
+        for member, median in zip(members, times):
+            medians[member] = median
+        cache = None  # free this row count's copy before the next one is made
+        bar.update()
     bar.close()
-    return [statistics.median(t) for t in times]
+    return medians
 
 
 def profile_step_curve(target: PreTrainedModel, batch_sizes: Sequence[int], requests: int, context_len: int,
@@ -254,27 +223,27 @@ def profile_step_curve(target: PreTrainedModel, batch_sizes: Sequence[int], requ
     (None: where it already is). CUDA is synchronised around each timing. `meta` records the
     device, versions, dtype, context_len, requests, repeats and "kind": "measured".
     """
-    sizes = sorted({_check_positive_int(b, "each batch size") for b in batch_sizes})
+    sizes = sorted({positive_int(b, "each batch size") for b in batch_sizes})
     if not sizes:
         raise ValueError("batch_sizes is empty; expected at least one batch size >= 1")
-    requests, context_len = _check_positive_int(requests, "requests"), _check_positive_int(context_len, "context_len")
-    repeats = _check_positive_int(repeats, "repeats")
+    requests, context_len = positive_int(requests, "requests"), positive_int(context_len, "context_len")
+    repeats = positive_int(repeats, "repeats")
     if device is not None:
         target.to(device)
     layouts = [spread_tokens(b, requests) for b in sizes]
-    _check_positions(target, context_len + max(layout[0] for layout in layouts))
-    seconds = _median_seconds(target.eval(), layouts, context_len, repeats, warmup, seed, "profiling SPS(B)")
+    check_positions(target, context_len + max(layout[0] for layout in layouts))
+    step_seconds = median_step_seconds(target.eval(), layouts, context_len, repeats, warmup, seed, "profiling SPS(B)")
     meta = {**device_meta(target), "kind": "measured", "context_len": context_len, "requests": requests,
             "repeats": repeats, "warmup": warmup, "seed": seed, "padding": "right-padded query blocks",
-            "seconds_per_step": seconds}
-    return StepCurve.from_latencies(sizes, seconds, meta)
+            "seconds_per_step": step_seconds}
+    return StepCurve.from_latencies(sizes, step_seconds, meta)
 
 
 def concurrency_batch_sizes(requests: int, gamma: int, points: int) -> list[int]:
     """The batch sizes profiled for concurrency R (chapter 06b): `points` sizes spread evenly
     from R (every request sends its anchor only) to R(gamma + 1) (every request its whole
     block), both ends included. concurrency_batch_sizes(4, 7, 8) == [4, 8, ..., 32]."""
-    requests, gamma, points = (_check_positive_int(v, name) for v, name in
+    requests, gamma, points = (positive_int(v, name) for v, name in
                                ((requests, "requests"), (gamma, "gamma"), (points, "points")))
     return sorted({int(round(b)) for b in np.linspace(requests, requests * (gamma + 1), max(points, 2))})
 
@@ -287,31 +256,12 @@ def profile_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], g
     A step at concurrency R always carries R requests, and on a CPU their cached contexts
     cost attention time whatever B is, so a table measured with B spread over B requests
     would charge an R = 16 step of 128 tokens like a step of 128 requests."""
-    sizes = sorted({_check_positive_int(r, "each concurrency R") for r in concurrencies})
+    sizes = sorted({positive_int(r, "each concurrency R") for r in concurrencies})
     if not sizes:
         raise ValueError("concurrencies is empty; expected at least one R >= 1")
     return {R: profile_step_curve(target, concurrency_batch_sizes(R, gamma, points), R, context_len, repeats,
                                   device=device, seed=seed)
             for R in progress(sizes, desc="profiling SPS(B) per R", leave=False)}
-
-
-def curve_at(curves: StepCurve | Mapping[int, StepCurve], requests: int) -> StepCurve:
-    """The step curve that serves concurrency R (chapter 06b): `curves` itself when it is one
-    StepCurve, else the one profiled for R (ValueError naming the profiled R when absent)."""
-    if isinstance(curves, StepCurve):
-        return curves
-    if not isinstance(curves, Mapping) or not all(isinstance(c, StepCurve) for c in curves.values()):
-        raise ValueError(f"curves must be a StepCurve or a mapping R -> StepCurve; got {type(curves).__name__}")
-    if requests not in curves:
-        raise ValueError(f"no step curve was profiled for R = {requests}; profiled: R in {sorted(curves)}")
-    return curves[requests]
-
-
-def _write_json(data: dict[str, Any], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    return path
 
 
 def _read_json_object(path: str | Path, what: str, how: str) -> tuple[Path, dict[str, Any]]:
@@ -333,7 +283,7 @@ def save_step_curves(curves: Mapping[int, StepCurve], path: str | Path) -> Path:
     """Write per-concurrency step curves as one JSON object {"R": curve} (chapter 06b)."""
     if not curves or not all(isinstance(c, StepCurve) for c in curves.values()):
         raise ValueError("curves must be a non-empty mapping R -> StepCurve")
-    return _write_json({str(R): c.to_dict() for R, c in sorted(curves.items())}, path)
+    return write_json({str(R): c.to_dict() for R, c in sorted(curves.items())}, path)
 
 
 def load_step_curves(path: str | Path) -> dict[int, StepCurve]:
@@ -351,7 +301,7 @@ def save_step_curve(curve: StepCurve, path: str | Path) -> Path:
     """Write a step curve as JSON (sizes, steps_per_second, meta); returns the path (chapter 06b)."""
     if not isinstance(curve, StepCurve):
         raise ValueError(f"curve must be a StepCurve; got {type(curve).__name__}")
-    return _write_json(curve.to_dict(), path)
+    return write_json(curve.to_dict(), path)
 
 
 def load_step_curve(path: str | Path) -> StepCurve:

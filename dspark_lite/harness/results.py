@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from . import __version__
+from .. import __version__
 
 ENV_VAR = "DSPARK_RESULTS"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def results_dir() -> Path:
@@ -57,14 +57,24 @@ def provenance(profile: str, device: str = "cpu") -> dict[str, Any]:
     }
 
 
+def write_json(data: dict[str, Any], path: str | Path) -> Path:
+    """`data` as indented JSON at `path` (its folder made if missing); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def write_result(path: str | Path, payload: dict[str, Any], profile: str, device: str = "cpu") -> Path:
+    """A results file: {"provenance": provenance(profile, device), "results": payload} at `path`."""
+    return write_json({"provenance": provenance(profile, device), "results": payload}, path)
+
+
 def save_result(name: str, payload: dict[str, Any], profile: str, device: str = "cpu") -> Path:
     """Write results_dir()/<name>.json with the payload and its provenance."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"result name {name!r} must be letters, digits and underscores")
-    out = results_dir() / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": provenance(profile, device), "results": payload}, indent=1))
-    return out
+    return write_result(results_dir() / f"{name}.json", payload, profile, device)
 
 
 def glue(name: str, value: Any, fmt: str = "") -> str:

@@ -14,8 +14,8 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from . import cache, corpus, target, tokenizer
-from .runtime import quiet_hub_bars
-from .resume import Checkpointer
+from ..runtime import quiet_hub_bars
+from ..resume import Checkpointer
 from .profiles import Profile, TargetConfig, get_profile
 from .target import TrainHistory
 

@@ -38,8 +38,8 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .drafters import DFlashConfig, DFlashDrafter, SharedTargetWeights
-from .dspark import DSparkConfig, DSparkDrafter
+from ..drafters import DFlashConfig, DFlashDrafter, SharedTargetWeights
+from ..dspark import DSparkConfig, DSparkDrafter
 
 # The released drafters and the target each was trained against (DeepSpec's README, Table 1).
 RELEASED_DRAFTERS: dict[str, str] = {
@@ -246,7 +246,9 @@ def our_config(released: ReleasedConfig, target_config: PretrainedConfig) -> DFl
 
 
 @contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+def default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    """Parameters created inside are `dtype` (None: unchanged), so that a 4B model is never
+    materialised in float32 first."""
     saved = torch.get_default_dtype()
     if dtype is not None:
         torch.set_default_dtype(dtype)
@@ -272,7 +274,7 @@ def build_drafter(released: ReleasedConfig, target: PreTrainedModel, seed: int =
     dtype = target_dtype if dtype is None else dtype
     factory = DSparkDrafter if isinstance(cfg, DSparkConfig) else DFlashDrafter
     place = torch.device("meta") if device.type == "meta" else contextlib.nullcontext()
-    with _default_dtype(dtype if dtype.is_floating_point else None), place:
+    with default_dtype(dtype if dtype.is_floating_point else None), place:
         drafter = factory(target, cfg, seed)
     return rope_in_float32(drafter.to(dtype))
 

@@ -17,19 +17,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
-from . import calibration
+from .. import calibration
+from ..record import Rounds
 
 
 class ThresholdPanel:
-    """The chapter-05 threshold panel over blocks with confidences c[N, gamma], accepted
-    counts n_accepted[N] and domain labels[N] (e.g. a `serving.BlockRecords`)."""
+    """The chapter-05 threshold panel over the full blocks of a record of rounds: their
+    confidences c = sigmoid(logits) [N, gamma], accepted counts [N] and domains [N]."""
 
-    def __init__(self, confidences: np.ndarray, n_accepted: np.ndarray, domains: Sequence[str],
-                 thresholds: Sequence[float]) -> None:
-        self.confidences, self.n_accepted = calibration._validate_pair(confidences, n_accepted)
-        self.domains = np.asarray(domains)
-        if self.domains.shape != self.n_accepted.shape:
-            raise ValueError(f"mismatched lengths: {len(self.n_accepted)} blocks but {len(self.domains)} domain labels")
+    def __init__(self, records: Rounds, thresholds: Sequence[float]) -> None:
+        blocks = records.full_blocks()
+        self.confidences, self.n_accepted, self.domains = blocks.confidences(), blocks.accepted, blocks.domain
         self.thresholds = np.asarray(sorted(thresholds), dtype=float)
         self.figure = Figure(figsize=(11, 3.4), dpi=72)
         self.canvas = FigureCanvasAgg(self.figure)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from .speculative import autoregressive_generate, speculative_generate
+from ..speculative import autoregressive_generate, speculative_generate
 
 Decoder = Callable[[torch.Tensor], torch.Tensor]
 
@@ -39,17 +39,25 @@ SAMPLING_OFF: dict[str, Any] = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical
                                 "eta_cutoff": 0.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
 
 
+def generation_config(max_new_tokens: int, temperature: float, eos: int | Sequence[int] | None, pad: int | None,
+                      **extra: Any) -> GenerationConfig:
+    """transformers' GenerationConfig for plain sampling at `temperature` (greedy at 0), every
+    warper off (SAMPLING_OFF), stopping on any of the end ids `eos`; `pad` None pads with the
+    first end id. `extra`: further fields (the assistant's, for assisted generation)."""
+    pad = pad if pad is not None else (eos if isinstance(eos, int) or eos is None else list(eos)[0])
+    sampling = dict(do_sample=True, temperature=temperature, **SAMPLING_OFF) if temperature > 0 else dict(do_sample=False)
+    return GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, **sampling, **extra)
+
+
 def assisted(target: PreTrainedModel, draft_model: PreTrainedModel, max_new_tokens: int, gamma: int,
              temperature: float, eos: int | Sequence[int] | None, pad: int) -> Decoder:
     """transformers' assisted generation with a fixed number of draft tokens per round, sampling
     at `temperature` with every warper off (greedy at 0)."""
-    sampling = dict(do_sample=True, temperature=temperature, **SAMPLING_OFF) if temperature > 0 else dict(do_sample=False)
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens, **sampling, eos_token_id=eos, pad_token_id=pad,
-        num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    config = generation_config(max_new_tokens, temperature, eos, pad, num_assistant_tokens=gamma,
+                               num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
 
     def decode(ids: torch.Tensor) -> torch.Tensor:
-        with _without_assistant_config_notice():
+        with without_assistant_config_notice():
             out = target.generate(ids[None], generation_config=config, assistant_model=draft_model)
         return out[0, ids.shape[0]:]
 
@@ -67,7 +75,9 @@ class _AssistantConfigNotice(logging.Filter):
 
 
 @contextmanager
-def _without_assistant_config_notice() -> Iterator[None]:
+def without_assistant_config_notice() -> Iterator[None]:
+    """Drop transformers' notice about its own assistant call (`_AssistantConfigNotice`) inside
+    the block; every other warning of that logger still shows."""
     logger, notice = logging.getLogger("transformers.generation.utils"), _AssistantConfigNotice()
     logger.addFilter(notice)
     try:

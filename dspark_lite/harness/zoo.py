@@ -19,11 +19,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from . import cache, drafters, dspark, evaluation, serving, speculative, training
-from .resume import Checkpointer
-from .runtime import progress
+from . import cache, evaluation
+from .. import drafters, dspark, training
+from ..record import Rounds
+from ..resume import Checkpointer
+from ..runtime import progress
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
-from .training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
+from ..training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
 
 WEIGHTS, HISTORY = "drafter.safetensors", "history.json"
@@ -243,50 +245,29 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
             drafter, _ = load_or_finetune_drafter(world, kind, base_kind, recipe, seed)
         report = evaluation.measure_acceptance(world, drafter, recipe.block_size, n_prompts, recipe.eval_new_tokens,
                                                samples=samples, seed=seed, desc=f"acceptance {kind}",
-                                               keep_records=True)
+                                               keep_record=True)
         (folder / "summary.json").write_text(json.dumps({d: r.to_dict() for d, r in report.items()}))
-        arrays = {}
-        for domain, r in report.items():
-            arrays[f"{domain}/proposed"] = np.array([x.proposed for x in r.records])
-            arrays[f"{domain}/accepted"] = np.array([x.accepted for x in r.records])
-            arrays[f"{domain}/ended_in_draft"] = np.array([x.ended_in_draft for x in r.records])
-            if any(x.confidences is not None for x in r.records):  # a last-token round has none
-                arrays[f"{domain}/confidences"] = np.stack([_padded(x.confidences, recipe.block_size)
-                                                            for x in r.records])
-        np.savez(folder / "rounds.npz", **arrays)
+        np.savez(folder / "rounds.npz", **Rounds.concat([r.record for r in report.values()]).to_arrays())
 
     def load(folder: Path) -> dict[str, evaluation.DomainAcceptance]:
-        summary, arrays = json.loads((folder / "summary.json").read_text()), np.load(folder / "rounds.npz")
-        report = {}
-        for domain, fields in summary.items():
-            proposed, accepted = arrays[f"{domain}/proposed"], arrays[f"{domain}/accepted"]
-            confidences = arrays[f"{domain}/confidences"] if f"{domain}/confidences" in arrays else None
-            ended = arrays[f"{domain}/ended_in_draft"]
-            records = [speculative.RoundRecord(int(p), int(a), None if confidences is None or p == 0
-                                               else torch.from_numpy(confidences[i, :p]), bool(e))
-                       for i, (p, a, e) in enumerate(zip(proposed, accepted, ended))]
-            report[domain] = evaluation.DomainAcceptance(**fields, records=records)
-        return report
+        summary = json.loads((folder / "summary.json").read_text())
+        with np.load(folder / "rounds.npz") as arrays:
+            rounds = Rounds.from_arrays(arrays)
+        return {domain: evaluation.DomainAcceptance(**fields, record=rounds[rounds.domain == domain])
+                for domain, fields in summary.items()}
 
     return cache.load_or_build(f"acceptance-{kind}", config, build, load)
 
 
-def _padded(values: torch.Tensor | None, size: int) -> np.ndarray:
-    out = np.full(size, np.nan, dtype=np.float32)
-    if values is not None:
-        out[: values.shape[0]] = values.numpy()
-    return out
-
-
 def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
                     study: ConfidenceStudy | None = None, seed: int = 0
-                    ) -> tuple[serving.BlockRecords, dict[str, evaluation.DomainAcceptance]]:
+                    ) -> tuple[Rounds, dict[str, evaluation.DomainAcceptance]]:
     """Chapter 05's recorded rollouts of the `kind` drafter fine-tuned from chapter 04's
-    DSpark-Markov (`measured_acceptance` with `profile.confidence`'s sizes) as `serving.BlockRecords`: every full block's
-    confidences c_1..c_gamma and accepted count; chapter 06 resamples them. Also returns the
-    per-domain acceptance report they come from."""
+    DSpark-Markov (`measured_acceptance` with `profile.confidence`'s sizes): the record of every
+    full block (confidence logits z_1..z_gamma, accepted count, domain), which chapters 05 and
+    06b calibrate and resample, and the per-domain acceptance report it comes from."""
     recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
     report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe,
                                  base_kind="dspark-markov", seed=seed)
-    records = serving.BlockRecords.from_rounds({d: r.records for d, r in report.items()}, recipe.block_size)
+    records = Rounds.concat([r.record for r in report.values()]).full_blocks(recipe.block_size)
     return records, report

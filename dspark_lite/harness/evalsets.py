@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "data" / "fixtures" / "deepspec_eval"
 DEEPSPEC_SEED = 980406  # eval.py's default --seed
 REASONING_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."

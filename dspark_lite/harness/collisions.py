@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from . import corpus, tokenizer
-from .speculative import Drafter, autoregressive_generate, target_hidden
+from ..speculative import Drafter, autoregressive_generate, target_hidden
 from .world import ToyWorld
 
 OUTCOMES: tuple[str, ...] = ("coherent", "mixed", "other")

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from .runtime import progress
-from .speculative import Drafter, RoundRecord, conditional_acceptance, prefix_survival, speculative_generate, tau
+from ..runtime import progress
+from ..record import Rounds, conditional_acceptance, prefix_survival, tau
+from ..speculative import Drafter, speculative_generate
 
 if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path
     from .world import ToyWorld
@@ -22,7 +23,8 @@ if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter
 class DomainAcceptance:
     """What one drafter achieved on one domain: tau (tokens per round, bonus included), the
     paper's Figure 2 curve (conditional acceptance at positions 1..gamma), DeepSpec's
-    accept_rate@k (prefix survival), and how many rounds and tokens they rest on."""
+    accept_rate@k (prefix survival), how many rounds and tokens they rest on, and (when kept)
+    the record of those rounds, labelled with the domain."""
 
     domain: str
     tau: float
@@ -30,29 +32,29 @@ class DomainAcceptance:
     prefix_survival: list[float]
     rounds: int
     tokens: int
-    records: list[RoundRecord] | None = field(default=None, repr=False)
+    record: Rounds | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        """Everything but the round records."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
+        """Everything but the record of rounds."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "record"}
 
 
-def summarize(domain: str, rounds: Sequence[RoundRecord], gamma: int, tokens: int,
-              keep_records: bool = False) -> DomainAcceptance:
-    """A DomainAcceptance from the round records of one domain (kept if `keep_records`)."""
+def summarize(domain: str, rounds: Rounds, gamma: int, tokens: int, keep_record: bool = False) -> DomainAcceptance:
+    """A DomainAcceptance from the rounds of one domain (their record kept, labelled `domain`,
+    if `keep_record`)."""
     as_list = lambda values: [None if np.isnan(v) else round(float(v), 4) for v in values]
     return DomainAcceptance(domain, float(tau(rounds)), as_list(conditional_acceptance(rounds, gamma)),
                             as_list(prefix_survival(rounds, gamma)), len(rounds), tokens,
-                            list(rounds) if keep_records else None)
+                            rounds.labelled(domain) if keep_record else None)
 
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
                        samples: int = 1, temperature: float = 1.0, seed: int = 0,
                        domains: Sequence[str] | None = None, desc: str = "acceptance",
-                       keep_records: bool = False) -> dict[str, DomainAcceptance]:
+                       keep_record: bool = False) -> dict[str, DomainAcceptance]:
     """Speculative generation, `samples` times each, on the first `n_prompts` held-out prompts
-    of each domain; returns {domain: DomainAcceptance}, with every round's record if
-    `keep_records` (chapter 05 calibrates on them). Seeded: the same call gives the same
+    of each domain; returns {domain: DomainAcceptance}, with the record of every round if
+    `keep_record` (chapter 05 calibrates on it). Seeded: the same call gives the same
     numbers. `domains` default: all of the corpus's."""
     from . import corpus
 
@@ -71,9 +73,9 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
         for prompt in prompts[domain]:
             out = speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,
                                        temperature, generator, eos)
-            rounds += out.rounds
+            rounds.append(out.rounds)
             tokens += len(out.tokens)
             bar.update()
-        report[domain] = summarize(domain, rounds, gamma, tokens, keep_records)
+        report[domain] = summarize(domain, Rounds.concat(rounds), gamma, tokens, keep_record)
     bar.close()
     return report

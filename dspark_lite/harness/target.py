@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM, get_cosine_schedule_with_warmup
 
-from .runtime import progress
-from .resume import Checkpointer, restore_rng, rng_state
+from ..runtime import check_finite, fast_autocast, optimizer_step, pad, progress
+from ..resume import Checkpointer, restore_rng, rng_state
 from .profiles import TargetConfig
 
 
@@ -34,33 +34,6 @@ def build_target(cfg: TargetConfig, tokenizer: PreTrainedTokenizerFast, seed: in
     model = Qwen3ForCausalLM(config)
     model.config._attn_implementation = "sdpa"
     return model
-
-
-def fast_autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast where the hardware has fast bf16 matmuls (CUDA, or a CPU with AMX); else a no-op.
-
-    Master weights and the optimiser stay in float32; only the matmuls run in bf16.
-    """
-    amx = device.type == "cpu" and getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    enabled = amx or (device.type == "cuda" and torch.cuda.is_bf16_supported())
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
-
-
-def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, schedule, parameters,
-                   max_grad_norm: float = 1.0) -> None:
-    """Backward, clip the gradient norm, step the optimiser and the schedule, clear gradients
-    (chapter 01; the drafter trainer of chapter 03 uses it too)."""
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-    optimizer.step()
-    schedule.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def check_finite(desc: str, loss: float) -> None:
-    """Raise if a training run ended with a non-finite loss."""
-    if not math.isfinite(loss):
-        raise RuntimeError(f"{desc}: training diverged (final loss {loss})")
 
 
 def pack(sequences: list[list[int]], seq_len: int) -> torch.Tensor:
@@ -185,11 +158,7 @@ def reply_token_stats(
         for p, r in zip(prompts[i : i + batch_size], replies[i : i + batch_size]):
             starts.append(len(tokenizer(format_chat(p))["input_ids"]))
             seqs.append(tokenizer(format_chat(p, r))["input_ids"])
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
+        ids, mask = pad(seqs, tokenizer.pad_token_id)
         logp = torch.log_softmax(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float(), -1).cpu()
         for row, (start, seq) in enumerate(zip(starts, seqs)):
             lp = logp[row, start - 1 : len(seq) - 1]          # predictions of reply tokens

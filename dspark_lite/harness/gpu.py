@@ -20,7 +20,7 @@ The measurement reuses the package: `speculative.speculative_generate` (the chap
 book's fixture for a run set beside Table 1), the chat template with thinking off, the first turn
 only, temperature 1.0, gamma 7, both end ids, each prompt seeded with seed + its index.
 
-`python -m dspark_lite.gpu --help`: the same measurement without Jupyter (torch, transformers,
+`python -m dspark_lite.harness.gpu --help`: the same measurement without Jupyter (torch, transformers,
 safetensors, numpy and pandas only), one results file; under `torchrun` every rank measures its
 shard of the prompts (`shard`, `measure_part`) and rank 0 merges the parts (`merge_parts`) and runs
 the rest (`analyze`). `full_size_dry_run` runs the path at Qwen3-4B's shapes on a CPU.
@@ -28,7 +28,6 @@ the rest (`analyze`). `full_size_dry_run` runs the path at Qwen3-4B's shapes on 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -39,7 +38,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,14 +47,18 @@ import transformers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel, Qwen3Config,
                           Qwen3ForCausalLM)
 
-from . import benchmark, calibration, checkpoints, costs, evalsets, serving, speculative, tokenizer as toy_tokenizer
-from .drafters import DFlashConfig, DFlashDrafter
-from .dspark import DSparkConfig, DSparkDrafter
+from . import benchmark, checkpoints, costs, evalsets, serving, tokenizer as toy_tokenizer
+
+from .. import calibration, speculative
+from ..drafters import DFlashConfig, DFlashDrafter
+from ..dspark import DSparkConfig, DSparkDrafter
 from .evaluation import DomainAcceptance, summarize
 from .profiles import GpuStudy, get_profile
-from .results import REPO, committed_results_dir, provenance, results_dir
-from .runtime import progress, quiet_hub_bars
-from .speculative import RoundRecord, speculative_generate
+from .results import REPO, committed_results_dir, results_dir, write_result
+from ..runtime import progress, quiet_hub_bars
+from ..record import Rounds, sigmoid
+from ..speculative import speculative_generate
+from ..training import encode_prompt
 
 TARGET_ID = "Qwen/Qwen3-4B"
 DRAFTER_IDS: dict[str, str] = {"dflash": "deepseek-ai/dflash_qwen3_4b_block7",
@@ -100,17 +103,6 @@ def resolve_mode(mode: str, device: torch.device) -> str:
     return mode
 
 
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """Parameters created inside are `dtype` (a 4B model is never materialised in float32)."""
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(saved)
-
-
 def gpu_name(device: torch.device) -> str:
     """The GPU's marketing name, or 'cpu'."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -151,7 +143,7 @@ def random_target(config_path: str | Path, device: torch.device, dtype: torch.dt
     baseline's sampling settings are exercised exactly as with the real model."""
     config = Qwen3Config(**json.loads(Path(config_path).read_text()))
     torch.manual_seed(seed)
-    with default_dtype(dtype), torch.device(device):
+    with checkpoints.default_dtype(dtype), torch.device(device):
         model = Qwen3ForCausalLM(config)
     model.config._attn_implementation = "sdpa"
     generation = Path(config_path).parent / "generation_config.json"
@@ -274,7 +266,7 @@ def check_cache(world: World) -> float:
     engine does not handle stops the run with an error naming the version, instead of measuring
     a wrong tau (chapter 07). Returns the largest total variation between cached and uncached
     next-token distributions."""
-    ids = encode_first_turn(world.tokenizer, "Say hello in five words.").to(world.device)
+    ids = encode_prompt(world.tokenizer, "Say hello in five words.").to(world.device)
     return speculative.check_kv_cache(world.target, ids)
 
 
@@ -313,15 +305,6 @@ def comparable_to_paper(mode: str, prompt_source: str) -> bool:
     return mode == "real" and prompt_source != "fixture"
 
 
-def encode_first_turn(tok: Any, prompt: str) -> torch.Tensor:
-    """The first user turn through the chat template with thinking off, as token ids [T] (chapter 07)."""
-    if not prompt.strip():
-        raise ValueError("the prompt is empty")
-    text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True,
-                                   enable_thinking=False)
-    return torch.tensor(tok(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-
-
 PHASES = ("prefill", "draft", "verify", "overhead")
 
 
@@ -352,15 +335,15 @@ def run_benchmark(world: World, kind: str, prompts: Sequence[str], study: GpuStu
     indices = list(range(len(prompts))) if indices is None else list(indices)
     if len(indices) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(indices)} indices; expected one index per prompt")
-    rounds: list[RoundRecord] = []
+    rounds: list[Rounds] = []
     tokens, seconds = 0, dict.fromkeys(PHASES, 0.0)
     for index, prompt in progress(list(zip(indices, prompts)), desc=desc or kind, leave=False):
-        out = generate_one(world, kind, encode_first_turn(world.tokenizer, prompt).to(world.device), study, seed + index)
-        rounds += out.rounds
+        out = generate_one(world, kind, encode_prompt(world.tokenizer, prompt).to(world.device), study, seed + index)
+        rounds.append(out.rounds)
         tokens += len(out.tokens)
         for phase in seconds:
             seconds[phase] += float(getattr(out, f"{phase}_seconds") or 0.0)
-    return BenchmarkRun(summarize(desc or kind, rounds, study.gamma, tokens, keep_records=True), seconds)
+    return BenchmarkRun(summarize(desc or kind, Rounds.concat(rounds), study.gamma, tokens, keep_record=True), seconds)
 
 
 def run_table1(world: World, prompts: Mapping[str, Sequence[str]], study: GpuStudy, seed: int = 0
@@ -385,12 +368,13 @@ def table1_frame(runs: Mapping[str, Mapping[str, BenchmarkRun]], compare: bool =
     return pd.DataFrame(rows)
 
 
-def rounds_by_domain(runs: Mapping[str, BenchmarkRun]) -> dict[str, list[RoundRecord]]:
-    """One drafter's round records pooled by domain (math, code, chat)."""
-    pooled: dict[str, list[RoundRecord]] = {}
+def rounds_by_domain(runs: Mapping[str, BenchmarkRun]) -> dict[str, Rounds]:
+    """One drafter's rounds pooled by domain (math, code, chat), labelled with it."""
+    pooled: dict[str, list[Rounds]] = {}
     for name, run in runs.items():
-        pooled.setdefault(evalsets.domain_of(name), []).extend(run.acceptance.records or [])
-    return pooled
+        domain = evalsets.domain_of(name)
+        pooled.setdefault(domain, []).append(run.acceptance.record.labelled(domain))
+    return {domain: Rounds.concat(parts) for domain, parts in pooled.items()}
 
 
 def domain_acceptance(runs: Mapping[str, BenchmarkRun], gamma: int) -> dict[str, DomainAcceptance]:
@@ -401,9 +385,9 @@ def domain_acceptance(runs: Mapping[str, BenchmarkRun], gamma: int) -> dict[str,
     return {d: summarize(d, rounds, gamma, tokens[d]) for d, rounds in rounds_by_domain(runs).items()}
 
 
-def block_records(runs: Mapping[str, BenchmarkRun], gamma: int) -> serving.BlockRecords:
+def block_records(runs: Mapping[str, BenchmarkRun], gamma: int) -> Rounds:
     """The DSpark drafter's full blocks with confidences, labelled by domain (chapters 05-06's input)."""
-    return serving.BlockRecords.from_rounds(rounds_by_domain(runs), gamma)
+    return Rounds.concat(list(rounds_by_domain(runs).values())).full_blocks(gamma)
 
 
 def engine_overheads(runs: Mapping[str, Mapping[str, BenchmarkRun]]) -> pd.DataFrame:
@@ -429,7 +413,7 @@ class Calibration:
     sweep per domain, STS fitted on one split and scored on the other (raw and calibrated
     confidences of the test split, per-position metrics, mean ECE of a_k)."""
 
-    records: serving.BlockRecords
+    records: Rounds
     sweep: dict[str, pd.DataFrame]
     sts: calibration.SequentialTemperatureScaling
     cal_idx: np.ndarray
@@ -439,25 +423,24 @@ class Calibration:
     ece: dict[str, float]
 
     @property
-    def test_records(self) -> serving.BlockRecords:
-        """The test split with STS-calibrated confidences (the simulator's input)."""
-        return serving.BlockRecords(self.calibrated["STS"], self.records.n_accepted[self.test_idx],
-                                    self.records.domains[self.test_idx])
+    def test_records(self) -> Rounds:
+        """The test split with STS-calibrated logits (the simulator's input)."""
+        test = self.records[self.test_idx]
+        return test.with_logits(self.sts.transform(test.logits))
 
 
-def calibrate(records: serving.BlockRecords, study: GpuStudy, seed: int = 0) -> Calibration:
-    """Threshold sweep (Figure 5) and STS (Figure 6) on real recorded blocks (chapter 07)."""
-    open_unit = lambda c: np.clip(c, 1e-6, 1 - 1e-6)  # a float sigmoid can round to exactly 1; STS needs (0, 1)
-    sweep = {d: calibration.threshold_sweep(records.confidences[records.domains == d],
-                                            records.n_accepted[records.domains == d], study.thresholds)
-             for d in records.domain_names}
+def calibrate(records: Rounds, study: GpuStudy, seed: int = 0) -> Calibration:
+    """Threshold sweep (Figure 5) and STS (Figure 6) on real recorded full blocks (chapter 07)."""
+    confidences = records.confidences()
+    sweep = {d: calibration.threshold_sweep(confidences[records.domain == d], records.accepted[records.domain == d],
+                                            study.thresholds)
+             for d in records.domains}
     cal_idx, test_idx = calibration.split_calibration_test(len(records), study.calibration_fraction, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", calibration.CalibrationWarning)
-        sts = calibration.SequentialTemperatureScaling().fit(open_unit(records.confidences[cal_idx]),
-                                                              records.n_accepted[cal_idx])
-        c_test, n_test = open_unit(records.confidences[test_idx]), records.n_accepted[test_idx]
-        calibrated = {"raw": c_test, "STS": sts.transform(c_test)}
+        sts = calibration.SequentialTemperatureScaling().fit(records.logits[cal_idx], records.accepted[cal_idx])
+        z_test, n_test = records.logits[test_idx], records.accepted[test_idx]
+        calibrated = {"raw": sigmoid(z_test), "STS": sigmoid(sts.transform(z_test))}
         metrics = {name: calibration.per_position_metrics(c, n_test).set_index("position") for name, c in calibrated.items()}
     ece = {name: float(m["prefix_ece"].mean()) for name, m in metrics.items()}
     return Calibration(records, sweep, sts, cal_idx, test_idx, calibrated, metrics, ece)
@@ -553,23 +536,12 @@ def memory_table(target_config: Any, drafter_folders: Mapping[str, str | Path], 
 
 # ========================================================================== wall clock
 
-SAMPLING_OFF = benchmark.SAMPLING_OFF
-
-
-def baseline_generation_config(max_new_tokens: int, temperature: float, eos: int | Sequence[int] | None,
-                               pad: int | None) -> GenerationConfig:
-    """transformers' GenerationConfig for plain sampling at `temperature` (greedy at 0), every
-    warper off (SAMPLING_OFF), stopping on any of the end ids `eos` (chapter 07)."""
-    pad = pad if pad is not None else (eos if isinstance(eos, int) or eos is None else list(eos)[0])
-    sampling = dict(do_sample=True, temperature=temperature, **SAMPLING_OFF) if temperature > 0 else dict(do_sample=False)
-    return GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, **sampling)
-
 
 def hf_generate(target: PreTrainedModel, max_new_tokens: int, temperature: float, eos: int | Sequence[int] | None,
                 pad: int | None) -> benchmark.Decoder:
-    """transformers' own `generate` (plain sampling at `temperature`: `baseline_generation_config`),
+    """transformers' own `generate` (plain sampling at `temperature`: `benchmark.generation_config`),
     the target-only baseline (chapter 07)."""
-    config = baseline_generation_config(max_new_tokens, temperature, eos, pad)
+    config = benchmark.generation_config(max_new_tokens, temperature, eos, pad)
 
     def decode(ids: torch.Tensor) -> torch.Tensor:
         out = target.generate(ids[None], attention_mask=torch.ones_like(ids)[None], generation_config=config)
@@ -590,7 +562,7 @@ def wall_clock(world: World, prompts: Sequence[str], study: GpuStudy, seed: int 
     for kind, drafter in world.drafters.items():
         decoders[f"speculative: {kind}"] = benchmark.ours(world.target, drafter, study.race_new_tokens, study.gamma,
                                                           study.temperature, eos, generator)
-    ids = [encode_first_turn(world.tokenizer, p).to(world.device) for p in prompts]
+    ids = [encode_prompt(world.tokenizer, p).to(world.device) for p in prompts]
     speeds = benchmark.race(decoders, ids, study.race_repeats)
     frame = pd.DataFrame({name: {"tokens/s": s["tokens_per_s"], "tokens": s["tokens"]} for name, s in speeds.items()}).T
     frame["speed-up over generate"] = frame["tokens/s"] / frame.loc["target only: transformers generate", "tokens/s"]
@@ -650,11 +622,7 @@ def _jsonable(value: Any) -> Any:
 def save_results(world: World, payload: Mapping[str, Any], profile: str, path: Path | None = None,
                  prompt_source: str = "deepspec") -> Path:
     """Write the run's payload with its provenance and environment (chapter 07); returns the path."""
-    path = path or result_path(world, prompt_source)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"provenance": provenance(profile, str(world.device)), "results": _jsonable(dict(payload))}
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    return path
+    return write_result(path or result_path(world, prompt_source), _jsonable(dict(payload)), profile, str(world.device))
 
 
 # ========================================================================== several GPUs: shards and parts
@@ -672,19 +640,16 @@ def measure_part(world: World, prompts: Mapping[str, Sequence[str]], study: GpuS
                  world_size: int = 1) -> dict[str, Any]:
     """This rank's share of Table 1 (chapter 07): prompts rank, rank + W, ... of every benchmark,
     each seeded with seed + its index in the benchmark (so the pooled rounds do not depend on W),
-    as a JSON-able part: per drafter and benchmark the round records ([proposed, accepted,
-    confidences, ended_in_draft] each), tokens and phase seconds."""
+    as a JSON-able part: per drafter and benchmark the record of rounds (`Rounds.to_json`),
+    tokens and phase seconds."""
     part: dict[str, Any] = {"rank": rank, "world_size": world_size, "runs": {}}
     for kind in world.drafters:
         part["runs"][kind] = {}
         for name, texts in prompts.items():
             indices = shard(range(len(texts)), rank, world_size)
             run = run_benchmark(world, kind, [texts[i] for i in indices], study, seed, f"{kind}: {name}", indices)
-            part["runs"][kind][name] = {
-                "rounds": [[r.proposed, r.accepted, None if r.confidences is None else
-                            [float(c) for c in torch.as_tensor(r.confidences).flatten()], bool(r.ended_in_draft)]
-                           for r in run.acceptance.records or []],
-                "tokens": run.acceptance.tokens, "seconds": run.seconds}
+            part["runs"][kind][name] = {"rounds": run.acceptance.record.to_json(), "tokens": run.acceptance.tokens,
+                                        "seconds": run.seconds}
     return part
 
 
@@ -702,12 +667,12 @@ def merge_parts(parts: Sequence[Mapping[str, Any]], gamma: int) -> dict[str, dic
             for name, run in by_bench.items():
                 slot = merged.setdefault(kind, {}).setdefault(name, {"rounds": [], "tokens": 0,
                                                                      "seconds": dict.fromkeys(PHASES, 0.0)})
-                slot["rounds"] += [RoundRecord(int(p), int(a), None if c is None else torch.tensor(c), bool(ended))
-                                   for p, a, c, ended in run["rounds"]]
+                slot["rounds"].append(Rounds.from_json(run["rounds"]))
                 slot["tokens"] += int(run["tokens"])
                 for phase in PHASES:
                     slot["seconds"][phase] += float(run["seconds"][phase])
-    return {kind: {name: BenchmarkRun(summarize(f"{kind}: {name}", s["rounds"], gamma, s["tokens"], keep_records=True),
+    return {kind: {name: BenchmarkRun(summarize(f"{kind}: {name}", Rounds.concat(s["rounds"]), gamma, s["tokens"],
+                                                keep_record=True),
                                       s["seconds"]) for name, s in by_bench.items()} for kind, by_bench in merged.items()}
 
 
@@ -812,15 +777,15 @@ HEADLESS_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line of `python -m dspark_lite.gpu` (chapter 07)."""
+    """The command line of `python -m dspark_lite.harness.gpu` (chapter 07)."""
     parser = argparse.ArgumentParser(
-        prog="python -m dspark_lite.gpu",
+        prog="python -m dspark_lite.harness.gpu",
         description="Chapter 07's measurement without Jupyter: Table 1's tau, Figure 2's acceptance, the confidence "
                     "head's threshold sweep and STS, engine overheads, the wall-clock race, the GPU cost table SPS(B) "
                     "and the serving simulator, written as one JSON results file. Under torchrun each rank measures "
                     "its shard of the prompts and rank 0 merges the parts.",
-        epilog="examples:\n  python -m dspark_lite.gpu --mode random-weights --out data/results/h100_rw.json\n"
-               "  torchrun --nproc_per_node 8 -m dspark_lite.gpu --mode real --eval-folder ~/DeepSpec --out run.json",
+        epilog="examples:\n  python -m dspark_lite.harness.gpu --mode random-weights --out data/results/h100_rw.json\n"
+               "  torchrun --nproc_per_node 8 -m dspark_lite.harness.gpu --mode real --eval-folder ~/DeepSpec --out run.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=MODES, required=True,
                         help="real: Qwen3-4B and the released drafters; random-weights: the same shapes with random "

@@ -30,8 +30,6 @@ and costs sum(1 + l_r) query tokens. `time_packed_step` measures that cost, and
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -42,15 +40,15 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 
-from .runtime import progress
-from .costs import (
-    _check_positions, _check_positive_int, _median_seconds, _model_device, _sync, concurrency_batch_sizes, curve_at,
-    device_meta, spread_tokens,
-)
-from .kvcache import cache_kwarg, new_cache, remove_tokens
-from .scheduler import Scheduler, StepCurve
-from .serving import BlockRecords, _checked_lengths, resolve_scheduler
-from .speculative import Draft, verify_block
+from ..checks import lengths_in_range, positive_int
+from ..runtime import model_device, pad, progress
+from .costs import concurrency_batch_sizes, device_meta, median_step_seconds, spread_tokens
+from ..kvcache import cache_kwarg, new_cache, remove_tokens
+from ..scheduler import Scheduler, StepCurve
+from ..record import Rounds
+from .serving import curve_at, resolve_scheduler
+from ..speculative import Draft, verify_block
+from .timing import check_positions, interleaved_medians, seconds
 
 PAD_ID = 0  # any valid id: padded positions are masked out and their logits dropped
 
@@ -77,16 +75,8 @@ def _check_batch(target: PreTrainedModel, contexts: Sequence[Tensor], drafts: Se
 
 def _padded_prefixes(contexts: Sequence[Tensor], device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
     """Left-padded cached prefixes (each context minus its anchor): ids, mask, positions [R, P]."""
-    width = max(c.numel() - 1 for c in contexts)
-    ids = torch.full((len(contexts), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros(len(contexts), width, dtype=torch.long)
-    positions = torch.zeros(len(contexts), width, dtype=torch.long)
-    for r, context in enumerate(contexts):
-        n = context.numel() - 1
-        if n:
-            ids[r, width - n:] = context[:-1].cpu()
-            mask[r, width - n:] = 1
-            positions[r, width - n:] = torch.arange(n)
+    ids, mask = pad([c[:-1].cpu() for c in contexts], PAD_ID, side="left")
+    positions = (mask.cumsum(1) - 1).clamp(min=0)  # each row counts its own tokens from 0; pads 0
     return ids.to(device), mask.to(device), positions.to(device)
 
 
@@ -94,12 +84,8 @@ def _padded_blocks(contexts: Sequence[Tensor], drafts: Sequence[Draft],
                    device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
     """Right-padded blocks [anchor, x_1..x_l]: ids, mask, positions [R, Q]."""
     blocks = [torch.cat([c[-1:].cpu(), d.tokens.cpu().long()]) for c, d in zip(contexts, drafts)]
-    width = max(b.numel() for b in blocks)
-    ids = torch.full((len(blocks), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros(len(blocks), width, dtype=torch.long)
-    for r, block in enumerate(blocks):
-        ids[r, :block.numel()] = block
-        mask[r, :block.numel()] = 1
+    ids, mask = pad(blocks, PAD_ID)
+    width = ids.shape[1]
     starts = torch.tensor([c.numel() - 1 for c in contexts])
     positions = starts[:, None] + torch.arange(width)[None]
     return ids.to(device), mask.to(device), positions.to(device)
@@ -113,7 +99,7 @@ def batched_verify_logits(target: PreTrainedModel, contexts: Sequence[Tensor],
     anchor; its other tokens are first prefilled into a KV cache (left-padded), standing in
     for the cache a server already holds. The blocks are right-padded; see the module doc."""
     _check_batch(target, contexts, drafts)
-    device = _model_device(target)
+    device = model_device(target)
     cache = new_cache(target)
     prefix_ids, prefix_mask, prefix_positions = _padded_prefixes(contexts, device)
     if prefix_ids.shape[1]:
@@ -140,12 +126,12 @@ def time_batched_step(target: PreTrainedModel, R: int, lengths: Sequence[int], c
     """Median seconds of one real batched verification forward: R requests, request r
     sending its anchor plus lengths[r] drafted tokens, on cached contexts of `context_len`
     tokens, blocks right-padded to the longest (chapter 06b)."""
-    R = _check_positive_int(R, "R (requests)")
+    R = positive_int(R, "R (requests)")
     if len(lengths) != R or any(int(l) != l or l < 0 for l in lengths):
         raise ValueError(f"lengths must be R = {R} integers >= 0 (drafted tokens per request); got {list(lengths)}")
     layout = [1 + int(l) for l in lengths]
-    _check_positions(target, _check_positive_int(context_len, "context_len") + max(layout))
-    return _median_seconds(target.eval(), [layout], context_len, _check_positive_int(repeats, "repeats"),
+    check_positions(target, positive_int(context_len, "context_len") + max(layout))
+    return median_step_seconds(target.eval(), [layout], context_len, positive_int(repeats, "repeats"),
                            warmup, seed, None)[0]
 
 
@@ -254,8 +240,8 @@ class PackedBatch:
         if not prefixes or any(p.dim() != 1 for p in prefixes):
             raise ValueError("prefixes must be a non-empty list of 1-D id tensors (one per request)")
         lens = [int(p.numel()) for p in prefixes]
-        _check_positions(model, max(lens))
-        cache, device = new_cache(model), _model_device(model)
+        check_positions(model, max(lens))
+        cache, device = new_cache(model), model_device(model)
         if sum(lens):
             positions = torch.cat([torch.arange(n) for n in lens])[None].to(device)
             model(input_ids=torch.cat([p.cpu() for p in prefixes])[None].to(device), position_ids=positions,
@@ -267,8 +253,8 @@ class PackedBatch:
         """The layout of a forward adding q_lens[r] tokens to request r."""
         if len(q_lens) != len(self.lens):
             raise ValueError(f"need one block per request ({len(self.lens)}); got {len(q_lens)}")
-        _check_positions(self.model, max(n + int(q) for n, q in zip(self.lens, q_lens)))
-        return pack_layout(q_lens, self.lens, _model_device(self.model))
+        check_positions(self.model, max(n + int(q) for n, q in zip(self.lens, q_lens)))
+        return pack_layout(q_lens, self.lens, model_device(self.model))
 
     @torch.inference_mode()
     def forward(self, blocks: Sequence[Tensor], layout: PackedLayout | None = None) -> list[Tensor]:
@@ -277,7 +263,7 @@ class PackedBatch:
         `layout`: `self.layout` of the block lengths, precomputed (for timing) or None."""
         q = [int(b.numel()) for b in blocks]
         layout = self.layout(q) if layout is None else layout
-        device = _model_device(self.model)
+        device = model_device(self.model)
         positions = torch.cat([torch.arange(n, n + m) for n, m in zip(self.lens, q)])[None].to(device)
         logits = self.model(input_ids=torch.cat([b.cpu() for b in blocks])[None].to(device), position_ids=positions,
                             **cache_kwarg(self.cache), use_cache=True, packed_layout=layout).logits[0]
@@ -302,18 +288,12 @@ def time_packed_step(batch: PackedBatch, lengths: Sequence[int], repeats: int, w
     if len(lengths) != len(batch.lens) or any(int(l) != l or l < 0 for l in lengths):
         raise ValueError(f"lengths must be R = {len(batch.lens)} integers >= 0 (drafted tokens per request); "
                          f"got {list(lengths)}")
-    repeats = _check_positive_int(repeats, "repeats")
+    repeats = positive_int(repeats, "repeats")
     generator = torch.Generator().manual_seed(seed)
     blocks = [torch.randint(0, batch.model.config.vocab_size, (1 + int(l),), generator=generator) for l in lengths]
-    layout, device = batch.layout([b.numel() for b in blocks]), _model_device(batch.model)
-    times = []
-    for _ in range(warmup + repeats):
-        _sync(device)
-        start = time.perf_counter()
-        batch.forward(blocks, layout)
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[warmup:])
+    layout, device = batch.layout([b.numel() for b in blocks]), model_device(batch.model)
+    return interleaved_medians(1, lambda _: seconds(lambda: batch.forward(blocks, layout), device), repeats, warmup,
+                               generator)[0]
 
 
 def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
@@ -324,34 +304,30 @@ def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[
     of `context_len` tokens. After one warm-up pass, `repeats` rounds time every size once, in
     a fresh random order each round (so the machine's drifts hit all sizes alike); the table
     keeps the median."""
-    sizes_by_R = {_check_positive_int(R, "each concurrency R"): concurrency_batch_sizes(R, gamma, points)
+    sizes_by_R = {positive_int(R, "each concurrency R"): concurrency_batch_sizes(R, gamma, points)
                   for R in sorted(set(concurrencies))}
     if not sizes_by_R:
         raise ValueError("concurrencies is empty; expected at least one R >= 1")
-    repeats, context_len = _check_positive_int(repeats, "repeats"), _check_positive_int(context_len, "context_len")
+    repeats, context_len = positive_int(repeats, "repeats"), positive_int(context_len, "context_len")
     packed, generator = packed_model(target), torch.Generator().manual_seed(seed)
-    order, curves = np.random.default_rng(seed), {}
+    curves = {}
     for R, sizes in progress(sizes_by_R.items(), desc="profiling SPS(B), varlen"):
         batch = PackedBatch.prefill(packed, [torch.randint(0, target.config.vocab_size, (context_len,),
                                                            generator=generator) for _ in range(R)])
         lengths = [[q - 1 for q in spread_tokens(b, R)] for b in sizes]
-        for drafted in lengths:
-            time_packed_step(batch, drafted, repeats=1, warmup=1, seed=seed)
-        times = [[] for _ in sizes]
-        for _ in range(repeats):
-            for i in order.permutation(len(sizes)):
-                times[i].append(time_packed_step(batch, lengths[i], repeats=1, warmup=0, seed=seed))
-        seconds = [statistics.median(t) for t in times]
+        step_seconds = interleaved_medians(len(sizes), lambda i: time_packed_step(batch, lengths[i], repeats=1, warmup=0,
+                                                                                  seed=seed),
+                                           repeats, 1, generator)
         meta = {**device_meta(target), "kind": "measured", "kernel": "varlen (packed)", "context_len": context_len,
-                "requests": R, "repeats": repeats, "seed": seed, "seconds_per_step": seconds}
-        curves[R] = StepCurve.from_latencies(sizes, seconds, meta)
+                "requests": R, "repeats": repeats, "seed": seed, "seconds_per_step": step_seconds}
+        curves[R] = StepCurve.from_latencies(sizes, step_seconds, meta)
     return curves
 
 
 # ========================================================================== 3. real batched steps
 
 
-def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedulers: Sequence[str | Scheduler],
+def real_step_throughput(target: PreTrainedModel, records: Rounds, schedulers: Sequence[str | Scheduler],
                          curve: StepCurve | Mapping[int, StepCurve], concurrencies: Sequence[int], steps: int, context_len: int, repeats: int,
                          domains: Sequence[str] | None = None, seed: int = 0) -> pd.DataFrame:
     """Real batched verification steps against the cost table's prediction (chapter 06b).
@@ -364,21 +340,23 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
     step is timed with the varlen kernel (`time_packed_step`) and right-padded
     (`time_batched_step`), median of `repeats` each. One row per (R, scheduler): tokens per
     second predicted by the table (tokens over sum 1 / SPS(B)) and measured with each kernel.
-    `curve`: one step curve for every R, or one per R (`costs.curve_at` picks it).
+    `curve`: one step curve for every R, or one per R (`serving.curve_at` picks it).
     """
     names = [resolve_scheduler(s) for s in schedulers]
-    domains = records.domain_names if domains is None else list(domains)
-    pools = {d: np.flatnonzero(records.domains == d) for d in domains}
+    records = records.full_blocks()
+    confidences = records.confidences()
+    domains = records.domains if domains is None else list(domains)
+    pools = {d: np.flatnonzero(records.domain == d) for d in domains}
     if not domains or any(pool.size == 0 for pool in pools.values()):
         raise ValueError(f"domains must be non-empty and each must have records; got {domains}, records hold "
-                         f"{records.domain_names}")
+                         f"{records.domains}")
     packed = packed_model(target)
     generator = torch.Generator().manual_seed(seed)
     rows = []
-    steps = _check_positive_int(steps, "steps")
+    steps = positive_int(steps, "steps")
     bar = progress(total=len(concurrencies) * steps, desc="real batched steps")
     for R in concurrencies:
-        R = _check_positive_int(R, "each concurrency R")
+        R = positive_int(R, "each concurrency R")
         table = curve_at(curve, R)
         rng = np.random.default_rng([seed, 8, R])
         request_domains = rng.choice(domains, size=R)
@@ -387,10 +365,10 @@ def real_step_throughput(target: PreTrainedModel, records: BlockRecords, schedul
         totals = {name: np.zeros(4) for name, _ in names}  # tokens, predicted s, varlen s, padded s
         for _ in range(steps):
             drawn = np.array([rng.choice(pools[d]) for d in request_domains])
-            c, accepted = records.confidences[drawn], records.n_accepted[drawn]
+            c, accepted = confidences[drawn], records.accepted[drawn]
             for k in rng.permutation(len(names)):
                 name, choose = names[k]
-                lengths = _checked_lengths(choose(c, c, table), R, records.gamma, name)
+                lengths = lengths_in_range(choose(c, c, table), R, records.gamma, name)
                 totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import __version__, resume
+from .. import __version__, resume
 
 T = TypeVar("T")
 MANIFEST = "MANIFEST.json"
@@ -40,13 +40,13 @@ def cache_dir() -> Path:
     """The cache root: $DSPARK_CACHE, else <repo>/.cache/dspark in a checkout, else ~/.cache."""
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR]).expanduser()
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     if (repo / "_toc.yml").exists():
         return repo / ".cache" / "dspark"
     return Path.home() / ".cache" / "dspark_lite"
 
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # the whole dspark_lite package, harness included
 
 
 def package_source_hash(package: Path = PACKAGE) -> str:

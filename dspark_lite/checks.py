@@ -1,0 +1,270 @@
+"""The checks at the public entry points, in one place: the engine (`prompt`, `generation`,
+`layer_ids`, and the per-round `draft` check the engine runs only when asked), the record of
+rounds (`round_columns`), the confidences and logits calibration and the scheduler read, and the
+step curve. One wording for one mistake, saying what was wrong and where.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from .speculative import Draft
+
+PROB_SUM_TOLERANCE = 1e-3  # how far a draft's probability row may sum from 1
+
+
+def positive_int(value: Any, name: str) -> int:
+    """`value` as an int; ValueError unless it is an integer >= 1 (a bool is not)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    return int(value)
+
+
+def lengths_in_range(lengths: Any, requests: int, gamma: int, who: str) -> np.ndarray:
+    """A scheduler's answer as int64 [requests], each in 0..gamma; ValueError naming `who` otherwise."""
+    l = np.asarray(lengths)
+    if l.shape != (requests,) or l.dtype.kind not in "iu" or l.min() < 0 or l.max() > gamma:
+        raise ValueError(f"scheduler {who!r} must return {requests} integers in [0, {gamma}]; got {l!r}")
+    return l.astype(np.int64)
+
+
+def _where(flat_index: int, shape: tuple[int, ...]) -> str:
+    """'row 3, position k=2' for a 2-D array, 'index 3' for a 1-D one (k is 1-based)."""
+    if len(shape) == 1:
+        return f"index {flat_index}"
+    row, col = np.unravel_index(flat_index, shape)
+    return f"row {row}, position k={col + 1}"
+
+
+def float_array(values: Any, name: str) -> np.ndarray:
+    """`values` as a float64 array; ValueError when they are not numbers."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be numeric; could not convert to floats ({error})") from None
+
+
+def _block_shaped(arr: np.ndarray, name: str, allow_1d: bool) -> None:
+    shapes = "(N, gamma) or (gamma,)" if allow_1d else "(N, gamma)"
+    if arr.ndim not in ((1, 2) if allow_1d else (2,)):
+        raise ValueError(f"{name} must have shape {shapes}; got an array of shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must hold at least one block and one position; got shape {arr.shape}")
+
+
+def confidences(c: Any, *, allow_1d: bool = False, name: str = "confidences") -> np.ndarray:
+    """Confidences c[N, gamma] (or one block's c[gamma] with `allow_1d`) as float64: finite
+    probabilities in [0, 1]. ValueError saying what was wrong and where."""
+    arr = float_array(c, name)
+    _block_shaped(arr, name, allow_1d)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} must be finite probabilities in [0, 1]; got {arr.flat[i]} at {_where(i, arr.shape)}")
+    bad = (arr < 0.0) | (arr > 1.0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} are probabilities and must lie in [0, 1]; got {arr.flat[i]} at {_where(i, arr.shape)}")
+    return arr
+
+
+def logits(z: Any, *, allow_1d: bool = False, name: str = "confidence logits") -> np.ndarray:
+    """Confidence logits z[N, gamma] (or z[gamma] with `allow_1d`) as float64: no NaN (a
+    saturated head's +-inf is allowed: sigmoid gives exactly 1 or 0). ValueError otherwise."""
+    arr = float_array(z, name)
+    _block_shaped(arr, name, allow_1d)
+    if np.isnan(arr).any():
+        i = int(np.flatnonzero(np.isnan(arr))[0])
+        raise ValueError(f"{name} must not be NaN (a position without a confidence); got NaN at {_where(i, arr.shape)}")
+    return arr
+
+
+def accepted_counts(n_accepted: Any, gamma: int, blocks: int | None = None) -> np.ndarray:
+    """Accepted drafts per block as int64 [N], each in 0..gamma (and N == `blocks` if given)."""
+    gamma = positive_int(gamma, "gamma (draft positions per block)")
+    arr = np.asarray(n_accepted)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"n_accepted must be a non-empty 1-D array (one count per block); got shape {arr.shape}")
+    if blocks is not None and arr.shape[0] != blocks:
+        raise ValueError(f"mismatched lengths: {blocks} confidence rows but {arr.shape[0]} acceptance counts")
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"n_accepted must hold integers in 0..{gamma}; got dtype {arr.dtype}")
+    values = arr.astype(float)
+    bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0) | (values > gamma)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"n_accepted must hold integers in 0..{gamma} (accepted draft tokens per block); "
+                         f"got {arr[i]} at index {i}")
+    return values.astype(np.int64)
+
+
+def round_columns(proposed: Any, accepted: Any, ended_in_draft: Any, logits_: Any,
+                  domain: Any) -> tuple[np.ndarray, ...]:
+    """The columns of a `record.Rounds`, checked and converted (int64, int64, bool, float32
+    [N, G], object strings)."""
+    p, a = np.asarray(proposed), np.asarray(accepted)
+    n = p.shape[0] if p.ndim == 1 else -1
+    if p.ndim != 1 or a.shape != (n,):
+        raise ValueError(f"proposed and accepted must be 1-D of one length; got shapes {p.shape} and {a.shape}")
+    for values, what in ((p, "proposed"), (a, "accepted")):
+        if values.size and (values.dtype.kind not in "iuf" or not np.array_equal(values, np.round(values))):
+            raise ValueError(f"{what} must hold integers; got {values.dtype} values")
+    p, a = p.astype(np.int64), a.astype(np.int64)
+    if n and ((a < 0).any() or (a > p).any()):
+        i = int(np.flatnonzero((a < 0) | (a > p))[0])
+        raise ValueError(f"each round needs 0 <= accepted <= proposed; round {i} has accepted {a[i]} of {p[i]}")
+    e = np.asarray(ended_in_draft)
+    e = e.astype(bool) if e.size == 0 else e  # an empty list comes as float64
+    if e.shape != (n,) or (e.size and e.dtype != bool):
+        raise ValueError(f"ended_in_draft must be {n} booleans; got {e.dtype} of shape {e.shape}")
+    if (e & ~((a == p) & (p >= 1))).any():
+        raise ValueError("a round with ended_in_draft needs accepted == proposed >= 1 (the drafts up to and including "
+                         "the end token)")
+    z = float_array(logits_, "logits").astype(np.float32)
+    if z.ndim != 2 or z.shape[0] != n or z.shape[1] < int(p.max(initial=0)):
+        raise ValueError(f"logits must be shaped (N = {n}, G >= the most proposed, {int(p.max(initial=0))}); "
+                         f"got {z.shape}")
+    beyond = np.arange(z.shape[1])[None, :] >= p[:, None]
+    if (~np.isnan(z) & beyond).any():
+        raise ValueError("logits past a round's proposed drafts must be NaN (no draft, no confidence)")
+    d = np.asarray(domain, dtype=object)
+    if d.shape != (n,) or not all(isinstance(x, str) for x in d):
+        raise ValueError(f"domain must be {n} strings, one per round; got shape {d.shape}")
+    return p, a, e.astype(bool), z, d
+
+
+def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions p (1-D probabilities in [0, 1]) and binary outcomes y of equal length, as
+    float64 arrays; ValueError otherwise (the metrics of chapter 05)."""
+    pred = float_array(p, "predictions")
+    if pred.ndim != 1 or pred.size == 0:
+        raise ValueError(f"predictions must be a non-empty 1-D array; got shape {pred.shape}")
+    bad = ~np.isfinite(pred) | (pred < 0) | (pred > 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"predictions must be finite probabilities in [0, 1]; got {pred[i]} at index {i}")
+    out = np.asarray(y)
+    if out.ndim != 1 or out.shape[0] != pred.shape[0]:
+        raise ValueError(f"mismatched lengths: {pred.shape[0]} predictions but outcomes of shape {out.shape}")
+    if not (out.dtype == bool or np.issubdtype(out.dtype, np.number)):
+        raise ValueError(f"outcomes must be binary (bool or 0/1); got dtype {out.dtype}")
+    out = out.astype(float)
+    bad = (out != 0) & (out != 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"outcomes must be binary (bool or 0/1); got {out[i]} at index {i}")
+    return pred, out
+
+
+# ----------------------------------------------------------------------------------------
+# The engine
+# ----------------------------------------------------------------------------------------
+
+
+def temperature(temperature: float) -> None:
+    """ValueError unless temperature >= 0 (0 = greedy)."""
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+
+
+def prompt(prompt_ids: Tensor) -> Tensor:
+    """A prompt [T] or [1, T] as a LongTensor [T]; ValueError when it is empty or of another shape."""
+    if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
+        prompt_ids = prompt_ids[0]
+    if prompt_ids.dim() != 1:
+        raise ValueError(f"prompt_ids must have shape [T] or [1, T], got {tuple(prompt_ids.shape)}")
+    if prompt_ids.numel() == 0:
+        raise ValueError("prompt_ids is empty; expected at least one token")
+    return prompt_ids.long()
+
+
+def generation(max_new_tokens: int, temperature_: float) -> None:
+    """ValueError unless max_new_tokens >= 1 and temperature >= 0."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    temperature(temperature_)
+
+
+def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
+    """ValueError unless the drafter's target layer ids are 0-based decoder layers (None: reads no layers)."""
+    if layer_ids is None:
+        return
+    if len(layer_ids) == 0 or any(not 0 <= i < num_layers for i in layer_ids):
+        raise ValueError(
+            f"drafter.target_layer_ids {tuple(layer_ids)} must be non-empty 0-based decoder layer "
+            f"ids in [0, {num_layers})"
+        )
+
+
+def draft(draft: "Draft", target_logits: Tensor) -> None:
+    """Raise ValueError unless `draft` (a `speculative.Draft`) fits `target_logits` [gamma+1, V]
+    (chapter 02): shapes, ids in range, rows that are distributions, and a positive probability
+    at every drafted token."""
+    if target_logits.dim() != 2:
+        raise ValueError(f"target_logits must have shape [gamma+1, V], got {tuple(target_logits.shape)}")
+    if draft.tokens.dim() != 1:
+        raise ValueError(f"draft.tokens must have shape [gamma], got {tuple(draft.tokens.shape)}")
+    gamma, vocab_size = draft.gamma, target_logits.shape[1]
+    if target_logits.shape[0] != gamma + 1:
+        raise ValueError(
+            f"target_logits has {target_logits.shape[0]} rows; expected gamma + 1 = {gamma + 1} "
+            "(the anchor's prediction plus one per draft token)"
+        )
+    if draft.probs.dim() != 2 or draft.probs.shape[0] != gamma:
+        raise ValueError(
+            f"draft.probs must have shape [gamma, V] = [{gamma}, V] to match draft.tokens, "
+            f"got {tuple(draft.probs.shape)}"
+        )
+    if draft.probs.shape[1] != vocab_size:
+        raise ValueError(
+            f"draft vocabulary size {draft.probs.shape[1]} differs from the target's {vocab_size}"
+        )
+    if draft.confidence_logits is not None and tuple(draft.confidence_logits.shape) != (gamma,):
+        raise ValueError(f"draft.confidence_logits must have shape [{gamma}], got "
+                         f"{tuple(draft.confidence_logits.shape)}")
+    if gamma == 0:
+        return
+    if draft.tokens.dtype != torch.long:
+        raise ValueError(f"draft.tokens must be int64 ids, got dtype {draft.tokens.dtype}")
+    if not _draft_values_ok(draft.probs.float(), draft.tokens):
+        _explain_bad_values(draft.probs.float(), draft.tokens, vocab_size)
+
+
+def _draft_values_ok(probs: Tensor, tokens: Tensor) -> bool:
+    """Every check of `_explain_bad_values` in one host sync (this runs every round): ids in
+    range, no negative entry, rows summing to 1 (a NaN or inf row fails this too), and a
+    positive probability at each drafted token."""
+    vocab_size = probs.shape[-1]
+    tokens = tokens.to(probs.device)
+    in_range = (tokens >= 0) & (tokens < vocab_size)
+    at_tokens = probs.gather(-1, tokens.clamp(0, vocab_size - 1)[:, None])[:, 0]
+    sums_ok = (probs.sum(-1) - 1).abs() <= PROB_SUM_TOLERANCE
+    return bool((in_range & sums_ok & (at_tokens > 0)).all() & (probs.amin() >= 0))
+
+
+def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
+    """Raise the ValueError that says which check of `_draft_values_ok` failed."""
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+        raise ValueError(f"draft.tokens must be int64 ids in [0, {vocab_size}), got {tokens.tolist()}")
+    if not bool(torch.isfinite(probs).all()):
+        raise ValueError("draft.probs contains non-finite values (NaN or inf); expected probabilities")
+    if bool((probs < 0).any()):
+        raise ValueError("draft.probs contains negative probabilities; expected values in [0, 1]")
+    row_sums = probs.sum(-1)
+    if bool(((row_sums - 1).abs() > PROB_SUM_TOLERANCE).any()):
+        raise ValueError(
+            f"draft.probs rows must sum to 1 (within {PROB_SUM_TOLERANCE}), got sums {row_sums.tolist()}; "
+            "compute the softmax in float32"
+        )
+    at_tokens = probs.gather(-1, tokens.to(probs.device)[:, None]).squeeze(-1)
+    if bool((at_tokens <= 0).any()):
+        positions = (at_tokens <= 0).nonzero().flatten().tolist()
+        raise ValueError(
+            f"draft token(s) at position(s) {positions} have zero draft probability; a drafter must "
+            "sample each token from the distribution it reports"
+        )
+    raise ValueError("draft.probs failed validation for a reason no check above names")  # unreachable

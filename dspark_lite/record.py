@@ -1,0 +1,245 @@
+"""The record of rounds (chapter 02; read by every later chapter): what the engine writes and
+everything downstream reads.
+
+One verification round is one row: how many drafts were proposed and accepted, whether an
+accepted end token stopped the round (DeepSpec's accounting, see `speculative._settle_round`),
+the confidence head's logits z_k for the proposed positions, and the domain of the prompt.
+The columns are numpy arrays, so a million rounds are one array each, and the same record goes
+to the metrics below, to calibration (chapter 05), to the serving simulator and the widgets
+(chapter 06b) and to the GPU harness's results file (chapter 07).
+
+Confidences travel as logits. The head computes z_k (Eq. 7 before its sigmoid); c_k =
+sigmoid(z_k) is computed where a probability is needed. A float32 sigmoid rounds to exactly 1.0
+above z of about 16.7, and logit(1.0) is infinite: a record of probabilities loses what a
+record of logits keeps, and temperature scaling (z / T) needs the logits anyway.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import checks
+
+
+def sigmoid(z: Any) -> np.ndarray:
+    """c = 1 / (1 + exp(-z)) in float64, without overflow warnings; NaN stays NaN."""
+    z = np.asarray(z, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return np.where(z >= 0, 1.0 / (1.0 + np.exp(-np.abs(z))), np.exp(-np.abs(z)) / (1.0 + np.exp(-np.abs(z))))
+
+
+def logit(c: Any) -> np.ndarray:
+    """z = log(c / (1 - c)) in float64: the inverse of `sigmoid` (c = 0 or 1 gives -inf or inf)."""
+    c = np.asarray(c, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.log(c) - np.log1p(-c)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Verification rounds as columns (chapter 02). For N rounds:
+
+    proposed[N]        drafts sent to verification (int64 >= 0)
+    accepted[N]        drafts the target kept, 0 <= accepted <= proposed
+    ended_in_draft[N]  True when an accepted end token stopped the round (then accepted ==
+                       proposed >= 1 and the round emits no correction/bonus token)
+    logits[N, G]       the confidence head's logits z_1..z_G (float32); NaN past `proposed` and
+                       on every position of a drafter without a confidence head
+    domain[N]          the prompt's domain ("" when unlabelled)
+
+    Build one with `Rounds.of(...)`; the arrays are checked there and stored read-only.
+    """
+
+    proposed: np.ndarray
+    accepted: np.ndarray
+    ended_in_draft: np.ndarray
+    logits: np.ndarray
+    domain: np.ndarray
+
+    def __post_init__(self) -> None:
+        columns = checks.round_columns(self.proposed, self.accepted, self.ended_in_draft, self.logits, self.domain)
+        for name, array in zip(("proposed", "accepted", "ended_in_draft", "logits", "domain"), columns):
+            array.setflags(write=False)
+            object.__setattr__(self, name, array)
+
+    @classmethod
+    def of(cls, proposed: Any, accepted: Any, logits: Any = None, ended_in_draft: Any = None,
+           domain: str | Sequence[str] = "") -> Rounds:
+        """A record from any array-likes: `logits` None means no confidence head (one NaN column
+        per drafted position), `ended_in_draft` None means no round ended in a draft, a single
+        string labels every round."""
+        proposed = np.asarray(proposed).reshape(-1)
+        n = proposed.shape[0]
+        width = int(np.ceil(proposed.max(initial=0))) if proposed.dtype.kind in "iuf" else 0
+        logits = np.full((n, width), np.nan, np.float32) if logits is None else logits
+        ended = np.zeros(n, dtype=bool) if ended_in_draft is None else ended_in_draft
+        labels = np.full(n, domain, dtype=object) if isinstance(domain, str) else domain
+        return cls(proposed, accepted, ended, logits, labels)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Rounds]) -> Rounds:
+        """The rounds of `parts` one after another; logits padded with NaN to the widest."""
+        parts = list(parts)
+        if not parts:
+            return cls.of([], [])
+        width = max(p.gamma for p in parts)
+        pad = lambda z: np.pad(z, ((0, 0), (0, width - z.shape[1])), constant_values=np.nan)
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in ("proposed", "accepted", "ended_in_draft")),
+                   np.concatenate([pad(p.logits) for p in parts]), np.concatenate([p.domain for p in parts]))
+
+    def __len__(self) -> int:
+        return int(self.proposed.shape[0])
+
+    def __getitem__(self, rows: Any) -> Rounds:
+        """The rounds at `rows` (a boolean mask, an index array or a slice)."""
+        return Rounds(self.proposed[rows], self.accepted[rows], self.ended_in_draft[rows], self.logits[rows],
+                      self.domain[rows])
+
+    @property
+    def gamma(self) -> int:
+        """Columns of `logits`: the most drafts any round proposed."""
+        return int(self.logits.shape[1])
+
+    @property
+    def emitted(self) -> np.ndarray:
+        """Tokens each round added to the output: accepted, plus the correction/bonus token
+        unless an accepted draft ended the sequence."""
+        return self.accepted + ~self.ended_in_draft
+
+    def confidences(self) -> np.ndarray:
+        """c_k = sigmoid(z_k) [N, G] in float64 (NaN where `logits` is NaN)."""
+        return sigmoid(self.logits)
+
+    def labelled(self, domain: str) -> Rounds:
+        """The same rounds, every one labelled `domain`."""
+        return replace(self, domain=np.full(len(self), domain, dtype=object))
+
+    def with_logits(self, logits: Any) -> Rounds:
+        """The same rounds with other logits (a calibrator's output), same shape."""
+        return replace(self, logits=np.asarray(logits, dtype=np.float32))
+
+    def full_blocks(self, gamma: int | None = None) -> Rounds:
+        """The rounds that proposed a whole block of `gamma` drafts (default: `self.gamma`) with
+        confidences, logits cut to gamma columns: what calibration and the scheduler read.
+        ValueError when there is none."""
+        gamma = self.gamma if gamma is None else checks.positive_int(gamma, "gamma")
+        keep = (self.proposed == gamma) & ~np.isnan(self.logits[:, :gamma]).any(axis=1) if gamma <= self.gamma \
+            else np.zeros(len(self), dtype=bool)
+        if not keep.any():
+            raise ValueError(f"no round proposed a full block of gamma = {gamma} drafts with confidences "
+                             f"({len(self)} rounds, the widest {self.gamma})")
+        full = self[keep]
+        return replace(full, logits=full.logits[:, :gamma])
+
+    @property
+    def domains(self) -> list[str]:
+        """Sorted distinct domains."""
+        return sorted(set(self.domain.tolist()))
+
+    def counts(self) -> dict[str, int]:
+        """Rounds per domain."""
+        names, counts = np.unique(self.domain.astype(str), return_counts=True)
+        return {str(k): int(v) for k, v in zip(names, counts)}
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The columns as plain arrays (for `np.savez`; `Rounds.from_arrays` reads them back)."""
+        return {"proposed": self.proposed, "accepted": self.accepted, "ended_in_draft": self.ended_in_draft,
+                "logits": self.logits, "domain": self.domain.astype(str)}
+
+    @classmethod
+    def from_arrays(cls, arrays: Any) -> Rounds:
+        """The record `to_arrays` wrote (a dict or an open npz file)."""
+        return cls(*(np.asarray(arrays[name]) for name in ("proposed", "accepted", "ended_in_draft", "logits")),
+                   np.asarray(arrays["domain"]).astype(object))
+
+    def to_json(self) -> dict[str, list]:
+        """JSON-able columns (NaN logits as null)."""
+        logits = [[None if np.isnan(z) else float(z) for z in row] for row in self.logits.tolist()]
+        return {"proposed": self.proposed.tolist(), "accepted": self.accepted.tolist(),
+                "ended_in_draft": self.ended_in_draft.tolist(), "logits": logits, "domain": self.domain.tolist()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, list]) -> Rounds:
+        """The record `to_json` wrote."""
+        rows = [[np.nan if z is None else z for z in row] for row in data["logits"]]
+        logits = np.array(rows, dtype=np.float32) if rows else np.empty((0, 0), np.float32)
+        return cls(np.array(data["proposed"], dtype=np.int64), np.array(data["accepted"], dtype=np.int64),
+                   np.array(data["ended_in_draft"], dtype=bool), logits, np.array(data["domain"], dtype=object))
+
+
+# ----------------------------------------------------------------------------------------
+# What was observed: tau and the acceptance curves (chapter 02)
+# ----------------------------------------------------------------------------------------
+
+
+def _nonempty(rounds: Rounds) -> Rounds:
+    if not isinstance(rounds, Rounds):
+        raise ValueError(f"expected a Rounds record, got {type(rounds).__name__}")
+    if len(rounds) == 0:
+        raise ValueError("no rounds recorded; expected at least one round")
+    return rounds
+
+
+def tau(rounds: Rounds) -> float:
+    """Tokens per round counting the correction/bonus token: mean of accepted + 1 (paper
+    footnote 3; chapter 02), except that a round ended by an accepted end token counts its
+    accepted drafts only (`Rounds.emitted`; DeepSpec's acceptance length)."""
+    return float(_nonempty(rounds).emitted.mean())
+
+
+def _positions(rounds: Rounds, gamma: int | None) -> int:
+    return int(rounds.proposed.max()) if gamma is None else checks.positive_int(gamma, "gamma")
+
+
+def prefix_survival(rounds: Rounds, gamma: int | None = None) -> np.ndarray:
+    """Observed prefix survival, DeepSpec's accept_rate@k (chapter 02): entry k-1 is the
+    fraction of rounds whose first k drafts were all accepted, among rounds that proposed at
+    least k drafts (NaN where none did). `gamma` defaults to the most proposed."""
+    r = _nonempty(rounds)
+    out = np.full(_positions(r, gamma), np.nan)
+    for k in range(1, out.size + 1):
+        reached = r.proposed >= k
+        if reached.any():
+            out[k - 1] = np.mean(r.accepted[reached] >= k)
+    return out
+
+
+def conditional_acceptance(rounds: Rounds, gamma: int | None = None) -> np.ndarray:
+    """The paper's Figure 2 (chapter 02): entry k-1 is, among rounds that proposed at least k
+    drafts and accepted the first k-1, the fraction that also accepted the k-th (NaN where
+    that denominator is 0)."""
+    r = _nonempty(rounds)
+    out = np.full(_positions(r, gamma), np.nan)
+    for k in range(1, out.size + 1):
+        reached = (r.proposed >= k) & (r.accepted >= k - 1)
+        if reached.any():
+            out[k - 1] = np.mean(r.accepted[reached] >= k)
+    return out
+
+
+def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
+    """1 + sum_k prod_{i<=k} alpha_i (chapter 02): the expected tokens per round implied by
+    conditional acceptances. NaN entries after the survival product reached 0 are ignored."""
+    expected, survival = 1.0, 1.0
+    for k, alpha_k in enumerate(np.asarray(alpha, dtype=float), start=1):
+        if survival == 0.0:
+            break
+        if not np.isfinite(alpha_k) or not 0.0 <= alpha_k <= 1.0:
+            raise ValueError(f"alpha[{k - 1}] = {alpha_k}; expected a probability in [0, 1]")
+        survival *= alpha_k
+        expected += survival
+    return expected
+
+
+# ----------------------------------------------------------------------------------------
+# What the head predicted (chapters 05-06)
+# ----------------------------------------------------------------------------------------
+
+
+def predicted_survival(c: Any) -> np.ndarray:
+    """a_k = prod_{i<=k} c_i, the head's predicted prefix survival (chapter 05; Algorithm 1's
+    a_{r,j} in chapter 06): the cumulative product of confidences c[N, gamma] (or one block's
+    c[gamma]) along positions, same shape back."""
+    return np.cumprod(checks.confidences(c, allow_1d=True), axis=-1)
