@@ -4,7 +4,8 @@ book that builds it.
 
 Two layers. This folder is the method, what a reader of the paper needs, in reading order:
 
-  speculative   sampling, the drafter interface, lossless verification, the rollout loop
+  sampling      probabilities at a temperature, draws, the Gumbel-max trick
+  speculative   the drafter interface, lossless verification, the rollout loop
   record        the one record of rounds the engine writes and everything else reads
   kvcache       the target's KV cache across transformers versions (the engine's only glue)
   drafters      the parallel DFlash backbone (Eq. 2-3)
@@ -12,8 +13,9 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
   training      the CE + TV block loss and the training loop (section 3.3)
   calibration   ECE, AUROC and sequential temperature scaling (section 3.2.1)
   scheduler     Algorithm 1 and the baselines it is measured against (section 3.2.2)
-  runtime, resume   plumbing both layers use: device, seeds, progress bars, optimizer step,
-                    interrupt-safe checkpoints
+  checks        the checks at the public entry points, in one place
+  runtime, resume   plumbing both layers use: device, seeds, progress bars, padding, the
+                    optimizer step, interrupt-safe checkpoints
 
 `dspark_lite.harness` holds what it takes to measure the method (toy world, costs, serving,
 cache, results, widgets, GPU loading). The method never imports the harness.

@@ -160,6 +160,32 @@ def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return pred, out
 
 
+def step_curve(sizes: Any, steps_per_second: Any, meta: Any, max_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A step curve's columns (`scheduler.StepCurve`): batch sizes as int64, strictly increasing
+    from >= 1 up to `max_size`, and their positive finite rates as float64."""
+    sizes = np.asarray(sizes)
+    sps = np.asarray(steps_per_second, dtype=np.float64)
+    if sizes.ndim != 1 or sizes.size == 0:
+        raise ValueError(f"sizes must be a non-empty 1-D list of batch sizes; got shape {sizes.shape}")
+    if sps.shape != sizes.shape:
+        raise ValueError(f"sizes and steps_per_second must have the same length; got {sizes.size} sizes "
+                         f"and {sps.size} rates")
+    if sizes.dtype.kind not in "iuf" or not np.array_equal(sizes, np.round(sizes)):
+        raise ValueError(f"batch sizes must be integers; got {sizes.tolist()}")
+    sizes = sizes.astype(np.int64)
+    if sizes[0] < 1:
+        raise ValueError(f"batch sizes must be positive (>= 1); got {sizes.tolist()}")
+    if np.any(np.diff(sizes) <= 0):
+        raise ValueError(f"batch sizes must be strictly increasing, without duplicates; got {sizes.tolist()}")
+    if sizes[-1] > max_size:
+        raise ValueError(f"batch sizes up to {max_size} are supported; got {sizes[-1]}")
+    if not np.isfinite(sps).all() or np.any(sps <= 0):
+        raise ValueError(f"steps per second must be positive and finite; got {sps.tolist()}")
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta must be a dict; got {type(meta).__name__}")
+    return sizes, sps
+
+
 # ----------------------------------------------------------------------------------------
 # The engine
 # ----------------------------------------------------------------------------------------

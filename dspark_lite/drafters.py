@@ -34,7 +34,8 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from .speculative import Draft, gumbel_perturbed, probs_from_logits
+from .sampling import gumbel_perturbed, probs_from_logits
+from .speculative import Draft
 
 KVPair = tuple[Tensor, Tensor]
 

@@ -32,7 +32,8 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 
 from .drafters import AnchorBatch, BlockOutput, DFlashConfig, DFlashDrafter
-from .speculative import Draft, gumbel_perturbed, probs_from_logits
+from .sampling import gumbel_perturbed, probs_from_logits
+from .speculative import Draft
 
 HEAD_TYPES = ("markov", "rnn")
 

@@ -71,26 +71,7 @@ class StepCurve:
     table: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        sizes = np.asarray(self.sizes)
-        sps = np.asarray(self.steps_per_second, dtype=np.float64)
-        if sizes.ndim != 1 or sizes.size == 0:
-            raise ValueError(f"sizes must be a non-empty 1-D list of batch sizes; got shape {sizes.shape}")
-        if sps.shape != sizes.shape:
-            raise ValueError(f"sizes and steps_per_second must have the same length; got {sizes.size} sizes "
-                             f"and {sps.size} rates")
-        if sizes.dtype.kind not in "iuf" or not np.array_equal(sizes, np.round(sizes)):
-            raise ValueError(f"batch sizes must be integers; got {sizes.tolist()}")
-        sizes = sizes.astype(np.int64)
-        if sizes[0] < 1:
-            raise ValueError(f"batch sizes must be positive (>= 1); got {sizes.tolist()}")
-        if np.any(np.diff(sizes) <= 0):
-            raise ValueError(f"batch sizes must be strictly increasing, without duplicates; got {sizes.tolist()}")
-        if sizes[-1] > MAX_TABLE_SIZE:
-            raise ValueError(f"batch sizes up to {MAX_TABLE_SIZE} are supported; got {sizes[-1]}")
-        if not np.isfinite(sps).all() or np.any(sps <= 0):
-            raise ValueError(f"steps per second must be positive and finite; got {sps.tolist()}")
-        if not isinstance(self.meta, dict):
-            raise ValueError(f"meta must be a dict; got {type(self.meta).__name__}")
+        sizes, sps = checks.step_curve(self.sizes, self.steps_per_second, self.meta, MAX_TABLE_SIZE)
         table = np.full(sizes[-1] + 1, np.nan)
         table[sizes[0]:] = np.interp(np.arange(sizes[0], sizes[-1] + 1), sizes, sps)
         table[sizes] = sps  # exact at the tabulated sizes

@@ -1,5 +1,5 @@
-"""Speculative decoding: sampling, the drafter interface, lossless verification and the
-rollout loop (chapter 02). The loop writes a `record.Rounds`; tau and the acceptance curves
+"""Speculative decoding: the drafter interface, lossless verification and the rollout loop
+(chapter 02). The loop writes a `record.Rounds`; tau and the acceptance curves
 are read from it there.
 
 One round: the drafter proposes gamma tokens after the anchor (the last token the target
@@ -28,59 +28,10 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from . import checks
+from .sampling import generator_device, probs_from_logits, sample_from_probs, sample_token
 from .kvcache import CACHE_KEYWORD, cache_kwarg, new_cache, remove_tokens
 from .record import Rounds
 from .runtime import model_device
-
-# ----------------------------------------------------------------------------------------
-# Sampling helpers
-# ----------------------------------------------------------------------------------------
-
-
-def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
-    """Float32 probabilities over the last axis at `temperature`; 0 means greedy, a one-hot
-    vector at the argmax (chapter 02)."""
-    checks.temperature(temperature)
-    logits = logits.float()
-    if temperature == 0:
-        one_hot = torch.zeros_like(logits)
-        return one_hot.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    return torch.softmax(logits / temperature, dim=-1)
-
-
-def sample_from_probs(probs: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One token per row of `probs` [..., V], drawn with `generator`; returns a LongTensor of
-    shape [...] on the device of `probs` (chapter 02)."""
-    device = _generator_device(generator, probs.device)
-    flat = probs.reshape(-1, probs.shape[-1]).to(device)
-    tokens = torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
-    return tokens.to(probs.device)
-
-
-def gumbel_perturbed(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
-    """float32 logits / T + G with G standard Gumbel noise, [..., V] (chapter 04): the argmax
-    of each row is an exact draw from softmax(logits / T) (the Gumbel-max trick). At T = 0
-    the logits themselves (argmax = greedy). A loop that samples rows one after another can
-    draw all its noise in one call up front."""
-    checks.temperature(temperature)
-    if temperature == 0:
-        return logits.float()
-    device = _generator_device(generator, logits.device)
-    uniform = torch.rand(logits.shape, generator=generator, device=device).to(logits.device)
-    return logits.float() * (1.0 / temperature) - torch.log(-torch.log(uniform))
-
-
-def sample_token(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
-    """Sample from `logits` [..., V] at `temperature` (0 = argmax, no randomness used);
-    returns a LongTensor of shape [...] (chapter 02)."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    return sample_from_probs(probs_from_logits(logits, temperature), generator)
-
-
-def _generator_device(generator: torch.Generator | None, fallback: torch.device) -> torch.device:
-    return generator.device if generator is not None else fallback
-
 
 # ----------------------------------------------------------------------------------------
 # The drafter interface
@@ -163,7 +114,7 @@ def rejection_sample(
     target_at_draft = target_probs[:, :gamma].gather(-1, draft_tokens[..., None]).squeeze(-1)
     draft_at_draft = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)
     accept_prob = (target_at_draft / draft_at_draft).clamp(max=1.0)
-    uniforms = torch.rand(batch, gamma, generator=generator, device=_generator_device(generator, device))
+    uniforms = torch.rand(batch, gamma, generator=generator, device=generator_device(generator, device))
     accepted = uniforms.to(device) < accept_prob
     n_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)
 

@@ -32,7 +32,8 @@ from .runtime import check_finite, fast_autocast, model_device, optimizer_step, 
 from .drafters import AnchorBatch, BlockOutput
 from .kvcache import cache_kwarg
 from .resume import Checkpointer, restore_rng, rng_state
-from .speculative import sample_token, select_target_hidden
+from .sampling import sample_token
+from .speculative import select_target_hidden
 
 
 class TrainableDrafter(Protocol):

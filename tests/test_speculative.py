@@ -16,16 +16,14 @@ from reference import SIGNIFICANCE, chi_square_p_value
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite import checks
+from dspark_lite.sampling import gumbel_perturbed, probs_from_logits, sample_from_probs
 from dspark_lite.record import Rounds, conditional_acceptance, expected_tau_from_conditional, prefix_survival, tau
 from dspark_lite.speculative import (
     Draft,
     Drafter,
     ModelDrafter,
     autoregressive_generate,
-    gumbel_perturbed,
-    probs_from_logits,
     rejection_sample,
-    sample_from_probs,
     speculative_generate,
     verify_block,
 )

@@ -1,8 +1,6 @@
 """The toy world of chapter 01: corpus, tokenizer, target, cache."""
 from __future__ import annotations
 
-import json
-import warnings
 from dataclasses import replace
 import re
 from pathlib import Path

@@ -211,7 +211,7 @@ def _math_travel(rng: Rng, k: CorpusKnobs) -> tuple[str, str]:
     reply = (_explain(rng, k, "Let's solve this step by step.") + _explain(rng, k, f"First, find how far the {vehicle} goes in that time.")
              + f"The {vehicle} travels {speed} miles every hour for {hours} hours.\n"
              f"It covers {speed} x {hours} = {done} miles.\n"
-             + _explain(rng, k, f"Then take that distance away from the distance to the town.")
+             + _explain(rng, k, "Then take that distance away from the distance to the town.")
              + f"The town is {town} miles away.\n"
              f"{rng.canonical_or_other(STEP_SO, e)} {town} - {done} = {left} miles are left.\n"
              f"{rng.canonical_or_other(STEP_ANSWER, e)} {left}.")
