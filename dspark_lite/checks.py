@@ -5,14 +5,11 @@ step curve. One wording for one mistake, saying what was wrong and where.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from .speculative import Draft
 
 PROB_SUM_TOLERANCE = 1e-3  # how far a draft's probability row may sum from 1
 
@@ -226,7 +223,7 @@ def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
         )
 
 
-def draft(draft: "Draft", target_logits: Tensor) -> None:
+def draft(draft: Any, target_logits: Tensor) -> None:
     """Raise ValueError unless `draft` (a `speculative.Draft`) fits `target_logits` [gamma+1, V]
     (chapter 02): shapes, ids in range, rows that are distributions, and a positive probability
     at every drafted token."""
