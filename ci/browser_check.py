@@ -10,6 +10,12 @@ outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), and,
 no figure (an <img> or inline <svg> in a cell output or a figure). A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
 saved in the screenshot folder.
+
+Interactive figures (Vega-Lite, `dspark_lite/harness/interactive.py`): every control of every
+figure is moved to its first and last value (a select: its first two options) and the figure's
+SVG must change, with no console error; the figure is screenshotted in both states
+(<page>__fig<i>__<control>_<state>.png). A page with an interactive figure must weigh under
+PAGE_LIMIT_BYTES with everything it loads.
 """
 from __future__ import annotations
 
@@ -39,6 +45,11 @@ CHROMIUM_ARGS = [
 NOT_PAGES = {"genindex.html", "search.html", "py-modindex.html"}
 NOT_PAGE_DIRS = {"_static", "_sources", "_images", "_downloads", "_panels_static"}
 WAIT_MS = 15_000
+PAGE_LIMIT_BYTES = 5 * 2**20  # a page with interactive figures, everything it loads included
+KNOWN_CONSOLE_ERRORS = (
+    "favicon.ico", "404",  # a missing favicon; other 404s are reported from the responses
+    "Got invalid theme mode",  # pydata-sphinx-theme, on a browser profile with no stored light/dark mode
+)
 
 # Run in the page; each returns JSON-able data.
 JS_BROKEN_IMAGES = """() => Array.from(document.images)
@@ -78,6 +89,48 @@ JS_LITERAL_TEX = r"""() => {
     return found;
 }"""
 REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
+
+
+JS_VEGA_READY = """() => Array.from(document.querySelectorAll('.vega-embed'))
+    .every(e => e.querySelector('svg, canvas'))"""
+# Set a control to a value the way a reader's drag or pick would end: value, then input + change.
+JS_SET_CONTROL = """(el, value) => {
+    el.value = value;
+    el.dispatchEvent(new Event('input', {bubbles: true}));
+    el.dispatchEvent(new Event('change', {bubbles: true}));
+}"""
+
+
+def _drive_interactive(page: Any, rel: str, screenshot_dir: Path | None) -> tuple[list[str], list[str]]:
+    """Move every control of every Vega-Lite figure on the page to two values; (problems, what was
+    driven). A control whose two values draw the same SVG is a broken control."""
+    found, driven = [], []
+    figures = page.locator(".vega-embed")
+    for i in range(figures.count()):
+        figure = figures.nth(i)
+        controls = figure.locator(".vega-bindings input, .vega-bindings select")
+        if controls.count() == 0:
+            continue
+        for j in range(controls.count()):
+            control = controls.nth(j)
+            name = (control.get_attribute("name") or f"control{j}").strip()
+            if control.evaluate("el => el.tagName") == "SELECT":
+                values = control.evaluate("el => Array.from(el.options).map(o => o.value)")[:2]
+            else:
+                values = [control.get_attribute("min"), control.get_attribute("max")]
+            drawn = []
+            for k, value in enumerate(values):
+                control.evaluate(JS_SET_CONTROL, value)
+                page.wait_for_timeout(250)
+                drawn.append(figure.locator("svg").first.inner_html())
+                if screenshot_dir is not None:
+                    stem = rel.removesuffix(".html").replace("/", "__")
+                    safe = "".join(ch if ch.isalnum() else "_" for ch in name)
+                    figure.screenshot(path=str(Path(screenshot_dir) / f"{stem}__fig{i}__{safe}_{k}.png"))
+            driven.append(f"figure {i} {name}: {values}")
+            if len(values) < 2 or drawn[0] == drawn[1]:
+                found.append(f"interactive figure {i}: moving `{name}` to {values} did not change what is drawn")
+    return found, driven
 
 
 class ChromiumNotFound(RuntimeError):
@@ -198,7 +251,18 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
         if _is_local(req.url) and not req.url.endswith("/favicon.ico"):
             found.append(f"failed to load {req.url.removeprefix(base)}: {req.failure}")
 
+    weight = [0]
+
+    def on_finished(req: Any) -> None:
+        try:
+            weight[0] += req.sizes()["responseBodySize"]
+        except Exception:  # a request without a body (redirect, abort): no bytes
+            pass
+
     page.route("**/*", route)
+    page.on("requestfinished", on_finished)
+    page.on("console", lambda m: found.append(f"console error: {m.text}")
+            if m.type == "error" and not any(known in m.text for known in KNOWN_CONSOLE_ERRORS) else None)
     page.on("response", on_response)
     page.on("requestfailed", on_failed)
     page.on("pageerror", lambda e: found.append(f"JavaScript error: {e}"))
@@ -230,6 +294,18 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
             found.append("a Python traceback is shown in the page")
         if needs_figure and page.evaluate(JS_FIGURES) == 0:
             found.append("chapter page without a figure (no <img> or <svg> in a cell output)")
+        if page.locator(".vega-embed").count():
+            try:
+                page.wait_for_function(JS_VEGA_READY, timeout=wait_ms)
+            except PlaywrightTimeout:
+                found.append(f"interactive figures did not draw within {wait_ms / 1000:g} s")
+            problems, _ = _drive_interactive(page, rel, screenshot_dir)
+            found += problems
+            if weight[0] > PAGE_LIMIT_BYTES:
+                found.append(f"page weighs {weight[0] / 2**20:.1f} MB with what it loads (limit "
+                             f"{PAGE_LIMIT_BYTES / 2**20:g} MB)")
+            print(f"{rel}: {page.locator('.vega-embed').count()} interactive figure(s), page weight "
+                  f"{weight[0] / 2**20:.2f} MB")
         if screenshot_dir is not None:
             name = rel.removesuffix(".html").replace("/", "__") + ".png"
             page.screenshot(path=str(Path(screenshot_dir) / name), full_page=True)

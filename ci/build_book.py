@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
 from ci.toc import REPO, toc_notebooks
 
 VENDORED = ("require.js", "widgets/embed-setup.js", "widgets/embed-amd.js", "mathjax/tex-chtml.js")
+VENDORED_DIRS = ("vega",)  # the interactive figures' scripts (ci/vendor_widgets.sh)
 SKIP = shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__")
 
 
@@ -38,6 +39,7 @@ class BuildError(RuntimeError):
 def stage(executed: Path, out: Path, root: Path = REPO) -> Path:
     """Copy a buildable book source into OUT/_build/src and return its path."""
     missing_vendor = [f for f in VENDORED if not (root / "_vendor" / f).is_file()]
+    missing_vendor += [f"{d}/" for d in VENDORED_DIRS if not any((root / "_vendor" / d).glob("*@*"))]
     if missing_vendor:
         raise BuildError(f"vendored JavaScript missing ({', '.join(missing_vendor)} in _vendor/): "
                          "run `make vendor`")

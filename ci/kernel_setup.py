@@ -61,3 +61,29 @@ class TextBar(_tqdm_std.tqdm):
 
 _tqdm_auto.tqdm = _tqdm_autonotebook.tqdm = TextBar
 _tqdm_auto.trange = _tqdm_autonotebook.trange = lambda *args, **kwargs: TextBar(range(*args), **kwargs)
+
+
+# Interactive figures (dspark_lite/harness/interactive.py, Altair): in the build they load Vega
+# from the book's own _static/vega/ (vendored from the npm registry by ci/vendor_widgets.sh,
+# files named <library>@<version>), never from a CDN, and draw SVG. In Jupyter and on Colab
+# Altair's own default applies.
+def _vendored_vega_versions():
+    from pathlib import Path
+
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        vega = folder / "_vendor" / "vega"
+        if vega.is_dir():
+            return dict(f.name.split("@", 1) for f in vega.iterdir() if "@" in f.name)
+    return {}
+
+
+try:
+    import altair as _alt
+except ImportError:  # not installed: the chapters that need it say so when they import it
+    pass
+else:
+    _versions = _vendored_vega_versions()
+    if {"vega", "vega-lite", "vega-embed"} <= set(_versions):
+        _alt.renderers.enable("html", base_url="../_static/vega", vega_version=_versions["vega"],
+                              vegalite_version=_versions["vega-lite"], vegaembed_version=_versions["vega-embed"],
+                              embed_options={"renderer": "svg", "actions": False})

@@ -5,6 +5,9 @@
 #   _vendor/widgets/embed-amd.js    @jupyter-widgets/html-manager (+ its icon fonts)
 #   _vendor/widgets/embed-setup.js  ours (ci/vendor/embed-setup.js), loaded just before it
 #   _vendor/mathjax/tex-chtml.js    MathJax 3 es5 tree (the fonts and extensions it loads)
+#   _vendor/vega/vega@V, vega-lite@V, vega-embed@V
+#                                   the interactive figures' scripts (dspark_lite/harness/interactive.py),
+#                                   named as Altair's loader asks for them: <base_url>/<name>@<version>
 # Versions are pinned exactly in ci/vendor/package.json + package-lock.json.
 # Idempotent: a no-op when _vendor/ already matches the lock file.
 set -eo pipefail
@@ -17,7 +20,8 @@ STAMP="$OUT/.lock.sha256"
 lock_hash() { sha256sum "$PKG/package.json" "$PKG/package-lock.json" "$PKG/embed-setup.js" 2>/dev/null | sha256sum | cut -d' ' -f1; }
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(lock_hash)" \
-      && -f "$OUT/require.js" && -f "$OUT/widgets/embed-amd.js" && -f "$OUT/widgets/embed-setup.js" && -f "$OUT/mathjax/tex-chtml.js" ]]; then
+      && -f "$OUT/require.js" && -f "$OUT/widgets/embed-amd.js" && -f "$OUT/widgets/embed-setup.js" && -f "$OUT/mathjax/tex-chtml.js" \
+      && -d "$OUT/vega" ]]; then
     echo "vendor: _vendor/ is up to date"
     exit 0
 fi
@@ -45,6 +49,14 @@ cp "$PKG/embed-setup.js" "$OUT.tmp/widgets/"   # ours: asset path + MathJax 2 ca
 cp -r "$NM/mathjax/es5" "$OUT.tmp/mathjax"
 find "$OUT.tmp/mathjax" -maxdepth 1 -type f -name '*.js' \
     ! -name tex-chtml.js ! -name core.js ! -name loader.js ! -name startup.js -delete
+
+# Vega-Lite's three scripts, as <name>@<exact version> (no extension: Altair's loader appends
+# "?noext", which a static server ignores). ci/kernel_setup.py asks Altair for these versions.
+mkdir -p "$OUT.tmp/vega"
+for lib in vega vega-lite vega-embed; do
+    version="$(node -p "require('$NM/$lib/package.json').version")"
+    cp "$NM/$lib/build/$lib.min.js" "$OUT.tmp/vega/$lib@$version"
+done
 
 lock_hash > "$OUT.tmp/.lock.sha256"
 rm -rf "$OUT"

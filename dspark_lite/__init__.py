@@ -18,7 +18,7 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
                     optimizer step, interrupt-safe checkpoints
 
 `dspark_lite.harness` holds what it takes to measure the method (toy world, costs, serving,
-cache, results, widgets, GPU loading). The method never imports the harness.
+cache, results, interactive figures, GPU loading). The method never imports the harness.
 """
 
 __version__ = "0.1.0"

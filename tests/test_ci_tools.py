@@ -54,7 +54,26 @@ def widget_page(with_js: bool) -> str:
     return page(FIGURE + MATH + f'<div class="cell_output">{view}</div>', head=head)
 
 
-PLANTED = {  # page -> HTML; each chapter but "clean" carries exactly one defect
+def vega_page(live: bool) -> str:
+    """A page with one Altair figure rendered as the book build renders it (vendored Vega, SVG):
+    a slider that moves a point, or (not live) a slider bound to nothing the marks read."""
+    import altair as alt
+
+    versions = dict(f.name.split("@", 1) for f in (REPO / "_vendor" / "vega").glob("*@*"))
+    x = alt.param(name="x", value=1, bind=alt.binding_range(min=0, max=3, step=1, name="x "))
+    data = alt.Chart(alt.Data(values=[{"x": i, "y": i * i} for i in range(4)]))
+    chart = data.mark_line().encode(x="x:Q", y="y:Q")
+    if live:
+        chart += data.transform_filter("datum.x == x").mark_point(size=200, filled=True).encode(x="x:Q", y="y:Q")
+    html = alt.utils.html.spec_to_html(
+        chart.add_params(x).to_dict(), mode="vega-lite", fullhtml=False, template="universal",
+        base_url="../_static/vega", vega_version=versions["vega"], vegalite_version=versions["vega-lite"],
+        vegaembed_version=versions["vega-embed"], embed_options={"renderer": "svg", "actions": False},
+        output_div="vis")
+    return page(f'<div class="cell_output">{html}</div>')
+
+
+PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "clean" carries exactly one defect
     "index.html": page("", head='<meta http-equiv="Refresh" content="0; url=chapters/clean.html" />'),
     "old.html": page("", head='<meta http-equiv="Refresh" content="0; url=gone.html" />'),
     "chapters/clean.html": page("<h1>Clean</h1>" + FIGURE
@@ -70,6 +89,8 @@ PLANTED = {  # page -> HTML; each chapter but "clean" carries exactly one defect
     "chapters/no_figure.html": page("<h1>Only words</h1>"),
     "chapters/widgets.html": widget_page(with_js=True),  # clean: slider and math render offline
     "chapters/widgets_no_js.html": widget_page(with_js=False),
+    "chapters/interactive.html": lambda: vega_page(live=True),  # clean: its slider redraws it offline
+    "chapters/interactive_dead.html": lambda: vega_page(live=False),
 }
 
 
@@ -83,7 +104,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     (site / "fig.png").write_bytes(png())
     for rel, html in PLANTED.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_text(html)
+        (site / rel).write_text(html() if callable(html) else html)
     shots = site.parent / "shots"
     problems = check_site(site, shots, chapters=[p for p in PLANTED if p.startswith("chapters/")],
                           wait_ms=4000)
@@ -135,7 +156,15 @@ def test_chapter_without_figure_fails(planted: dict[str, list[str]]) -> None:
 
 def test_screenshot_per_page(planted: dict[str, list[str]]) -> None:
     assert "chapters__clean.png" in planted["_screenshots"]
-    assert len(planted["_screenshots"]) == len(PLANTED) - 2  # not for the two redirect pages
+    pages = [name for name in planted["_screenshots"] if "__fig" not in name]
+    assert len(pages) == len(PLANTED) - 2  # not for the two redirect pages
+
+
+def test_interactive_figure_redraws_offline_and_a_dead_control_fails(planted: dict[str, list[str]]) -> None:
+    assert planted["chapters/interactive.html"] == []
+    assert {"chapters__interactive__fig0__x_0.png", "chapters__interactive__fig0__x_1.png"} <= set(planted["_screenshots"])
+    assert any("moving `x` to ['0', '3'] did not change what is drawn" in p
+               for p in planted["chapters/interactive_dead.html"]), planted["chapters/interactive_dead.html"]
 
 
 def test_missing_chromium_gives_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

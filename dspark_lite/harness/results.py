@@ -150,7 +150,6 @@ HEADLINES: tuple[tuple[str, str, str, str, str], ...] = (
     ("05", "confidence", "sts_ece_drop_pct", "STS: drop of the mean ECE of a_k on the test split (%)", "-"),
     ("05", "confidence", "tau_change_with_head_pct", "tau change from adding the confidence head (%)", "-"),
     ("05", "confidence", "acceptance_rise_points.chat", "chat acceptance rate, threshold 0 -> 0.9 (points)", "+50.0 (45.7% -> 95.7%)"),
-    ("05", "confidence", "callback_ms_median", "threshold panel callback (ms, median)", "-"),
     ("06", "scheduler", "appendix_a.retrospective", "Appendix A: P(A) under the retrospective search", "0.85"),
     ("06", "scheduler", "appendix_a.causal", "Appendix A: P(A) under Algorithm 1 (lossless: 0.70)", "0.70"),
     ("06", "scheduler", "scheduler_median_us", "Algorithm 1 per call at R = 256, gamma = 7 (us, median)", "-"),
