@@ -47,7 +47,7 @@ def test_repository_setting_rejects_a_placeholder(tmp_path: Path) -> None:
 
 
 # Modules a GPU machine without Jupyter lacks: importing any of them on the headless path fails.
-NOTEBOOK_ONLY = ("matplotlib", "seaborn", "ipywidgets", "IPython", "papermill", "nbformat")
+NOTEBOOK_ONLY = ("matplotlib", "seaborn", "ipywidgets", "IPython", "papermill", "nbformat", "altair")
 BLOCKER = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
