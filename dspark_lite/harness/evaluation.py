@@ -13,7 +13,7 @@ import torch
 
 from ..runtime import progress
 from ..record import Rounds, conditional_acceptance, prefix_survival, tau
-from ..speculative import Drafter, speculative_generate
+from ..speculative import Drafter, Rollout, speculative_generate
 
 if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path
     from .world import ToyWorld
@@ -48,6 +48,13 @@ def summarize(domain: str, rounds: Rounds, gamma: int, tokens: int, keep_record:
                             rounds.labelled(domain) if keep_record else None)
 
 
+def summarize_rollouts(domain: str, rollouts: Sequence[Rollout], gamma: int, keep_record: bool = False
+                       ) -> DomainAcceptance:
+    """`summarize` over several rollouts: their rounds pooled, their tokens counted (chapters 03-07)."""
+    return summarize(domain, Rounds.concat([out.rounds for out in rollouts]), gamma,
+                     sum(len(out.tokens) for out in rollouts), keep_record)
+
+
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
                        samples: int = 1, temperature: float = 1.0, seed: int = 0,
                        domains: Sequence[str] | None = None, desc: str = "acceptance",
@@ -69,13 +76,11 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
     report = {}
     for domain in domains:
         bar.set_postfix_str(domain)
-        rounds, tokens = [], 0
+        rollouts = []
         for prompt in prompts[domain]:
-            out = speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,
-                                       temperature, generator, eos)
-            rounds.append(out.rounds)
-            tokens += len(out.tokens)
+            rollouts.append(speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,
+                                                 temperature, generator, eos))
             bar.update()
-        report[domain] = summarize(domain, Rounds.concat(rounds), gamma, tokens, keep_record)
+        report[domain] = summarize_rollouts(domain, rollouts, gamma, keep_record)
     bar.close()
     return report

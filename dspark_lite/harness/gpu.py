@@ -52,7 +52,7 @@ from . import benchmark, checkpoints, costs, evalsets, serving, tokenizer as toy
 from .. import calibration, speculative
 from ..drafters import DFlashConfig, DFlashDrafter
 from ..dspark import DSparkConfig, DSparkDrafter
-from .evaluation import DomainAcceptance, summarize
+from .evaluation import DomainAcceptance, summarize, summarize_rollouts
 from .profiles import GpuStudy, get_profile
 from .results import REPO, committed_results_dir, results_dir, write_result
 from ..runtime import progress, quiet_hub_bars
@@ -335,15 +335,10 @@ def run_benchmark(world: World, kind: str, prompts: Sequence[str], study: GpuStu
     indices = list(range(len(prompts))) if indices is None else list(indices)
     if len(indices) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(indices)} indices; expected one index per prompt")
-    rounds: list[Rounds] = []
-    tokens, seconds = 0, dict.fromkeys(PHASES, 0.0)
-    for index, prompt in progress(list(zip(indices, prompts)), desc=desc or kind, leave=False):
-        out = generate_one(world, kind, encode_prompt(world.tokenizer, prompt).to(world.device), study, seed + index)
-        rounds.append(out.rounds)
-        tokens += len(out.tokens)
-        for phase in seconds:
-            seconds[phase] += float(getattr(out, f"{phase}_seconds") or 0.0)
-    return BenchmarkRun(summarize(desc or kind, Rounds.concat(rounds), study.gamma, tokens, keep_record=True), seconds)
+    rollouts = [generate_one(world, kind, encode_prompt(world.tokenizer, prompt).to(world.device), study, seed + index)
+                for index, prompt in progress(list(zip(indices, prompts)), desc=desc or kind, leave=False)]
+    seconds = {phase: sum(float(getattr(out, f"{phase}_seconds") or 0.0) for out in rollouts) for phase in PHASES}
+    return BenchmarkRun(summarize_rollouts(desc or kind, rollouts, study.gamma, keep_record=True), seconds)
 
 
 def run_table1(world: World, prompts: Mapping[str, Sequence[str]], study: GpuStudy, seed: int = 0
