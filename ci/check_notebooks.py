@@ -78,10 +78,17 @@ def _visible_lines(text: str) -> list[str]:
     return [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
 
 
+# Reprs where a reader expects a sentence: numpy's scalar reprs or a path anywhere in the output,
+# and a bare string returned by a cell's last line.
+RAW_REPR = re.compile(r"PosixPath\(|np\.(True|False)_|np\.float64\(")
+RAW_RESULT = re.compile(r"^'[^'\n]*'$|^\"[^\"\n]*\"$")
+
+
 def output_problems(executed: Path, name: str | None = None) -> list[str]:
     """What an executed notebook's outputs must not show: a cell with more than one progress bar
     (the package makes nested bars transient; a cell running several long calls wraps them in one
-    bar of its own), warning text, or anything on stderr."""
+    bar of its own), warning text, anything on stderr, or a raw repr where a reader expects a
+    sentence (a cell whose last line returns a string or a path, numpy's np.True_)."""
     name = name or str(executed)
     problems = []
     for i, cell, _ in cells(executed, "code"):
@@ -97,6 +104,12 @@ def output_problems(executed: Path, name: str | None = None) -> list[str]:
         stderr = "".join("".join(out.get("text", "")) for out in streams if out.get("name") == "stderr").strip()
         if stderr:
             problems.append(f"{name}: {where} writes to stderr: {stderr[:120]}")
+        results = ["".join(out.get("data", {}).get("text/plain", "")) for out in cell.get("outputs", [])
+                   if out.get("output_type") == "execute_result"]
+        raw = [m.group(0) for r in results + [text] for m in [RAW_REPR.search(r)] if m]
+        raw += [r for r in results if RAW_RESULT.match(r.strip())]
+        if raw:
+            problems.append(f"{name}: {where} shows a raw repr: {raw[0][:80]}")
     return problems
 
 

@@ -29,7 +29,7 @@ class TextBar(_tqdm_std.tqdm):
             kwargs["disable"] = True
         kwargs.setdefault("file", _sys.stdout)
         kwargs.setdefault("mininterval", 10.0)
-        kwargs.setdefault("ncols", 100)
+        kwargs.setdefault("ncols", 130)
         super().__init__(*args, **kwargs)
         iterable = args[0] if args else kwargs.get("iterable")
         self._label = kwargs.get("desc") or "inner"
@@ -43,6 +43,11 @@ class TextBar(_tqdm_std.tqdm):
             self._told = now
             size = f"/{self._size}" if self._size else ""
             self._outer.set_postfix_str(f"{self._label} {self._count}{size}", refresh=True)
+
+    def close(self):
+        if self._outer is not None and not self._outer.disable:  # no stale "inner 191/200" on the final line
+            self._outer.set_postfix_str("", refresh=False)
+        return super().close()
 
     def update(self, n=1):
         if self._outer is not None:

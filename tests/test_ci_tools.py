@@ -300,7 +300,8 @@ def test_a_failed_chapter_is_rendered_under_a_banner(tmp_path: Path) -> None:
 
 
 def test_output_noise_is_found(tmp_path: Path) -> None:
-    """Two progress bars in one cell, warning text, or stderr fail; one bar and plain text pass."""
+    """Two progress bars in one cell, warning text, stderr, or a raw repr (a returned string, a path,
+    np.True_) fail; one bar and plain text pass."""
     bar = "train: 100%|##########| 12/12 [00:03<00:00,  3.9it/s]"
     nb = nbformat.v4.new_notebook()
     clean = nbformat.v4.new_code_cell("train()")
@@ -309,11 +310,19 @@ def test_output_noise_is_found(tmp_path: Path) -> None:
     two.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{bar}\nmeasure: 100%|###| 3/3 [00:01<00:00]\n")]
     warned = nbformat.v4.new_code_cell("fit()")
     warned.outputs = [nbformat.v4.new_output("stream", name="stderr", text="UserWarning: the fit fell back\n")]
-    nb.cells = [clean, two, warned]
+    returned = nbformat.v4.new_code_cell("results.glue_old('k', 'beats')")
+    returned.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "'beats'"}, execution_count=1)]
+    path_shown = nbformat.v4.new_code_cell("save_result(...)")
+    path_shown.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "PosixPath('/tmp/r.json')"},
+                                                 execution_count=2)]
+    verdict = nbformat.v4.new_code_cell("print(ok)")
+    verdict.outputs = [nbformat.v4.new_output("stream", name="stdout", text="goal met: np.True_\n")]
+    nb.cells = [clean, two, warned, returned, path_shown, verdict]
     path = tmp_path / "x.ipynb"
     nbformat.write(nb, path)
     problems = output_problems(path, "x")
-    assert len(problems) == 3
+    assert len(problems) == 6
+    assert all("shows a raw repr" in p for p in problems[3:]), problems[3:]
     assert "cell 1 (id " in problems[0] and "shows 2 progress bars" in problems[0]
     assert "cell 2 (id " in problems[1] and "prints a warning" in problems[1]
     assert "cell 2 (id " in problems[2] and "writes to stderr" in problems[2]

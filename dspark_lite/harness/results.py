@@ -77,23 +77,23 @@ def save_result(name: str, payload: dict[str, Any], profile: str, device: str = 
     return write_result(results_dir() / f"{name}.json", payload, profile, device)
 
 
-def glue(name: str, value: Any, fmt: str = "") -> str:
-    """Put a measured number or a run-chosen phrase into the chapter's prose; return its text.
+def glue(name: str, value: Any, fmt: str = "") -> None:
+    """Put a measured number or a run-chosen phrase into the chapter's prose (nothing is shown in
+    the cell: a glue call may end a cell).
 
     The prose cites it as {glue:md}`name`: myst-nb fills it in from the executed notebook, so a
     sentence states what *this* run measured (`ci/check_prose.py` refuses measured numbers typed
     into the text). `value` is formatted with `fmt` ("" = str). Words work too: glue a verdict
     chosen by the result ("beats" / "does not beat") so the sentence reads true either way.
-    Without myst-nb (on Colab) nothing is glued and the text is only returned.
+    Without myst-nb (on Colab) nothing is glued.
     """
     text = format(value, fmt) if fmt else str(value)
     try:
         from IPython.display import Markdown
         from myst_nb import glue as myst_glue
     except ImportError:
-        return text
+        return
     myst_glue(name, Markdown(text), display=False)
-    return text
 
 
 def run_shows(rows: list[tuple[str, str, str, bool | None]]) -> "Any":
