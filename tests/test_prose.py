@@ -52,3 +52,15 @@ def test_the_book_states_no_typed_in_measurement() -> None:
 
     problems = check_book()
     assert not problems, "\n".join(problems)
+
+
+def test_printed_values_read_as_words_not_reprs():
+    import numpy as np
+
+    from dspark_lite.harness.results import plain
+
+    assert plain({"math": 0.0261, "code": 0.273, "chat": 0.4}) == "math 0.026, code 0.273 and chat 0.4"
+    assert plain(["math", "code"]) == "math and code" and plain([]) == "none" and plain(("chat",)) == "chat"
+    assert plain(np.True_) == "yes" and plain(False) == "no" and plain(np.int64(3)) == "3"
+    assert plain({"opener": {"target": 0.0, "DFlash": 0.76}}) == "opener (target 0 and DFlash 0.76)"
+    assert plain({"math": [1.37, 1.55]}) == "math (1.37 and 1.55)"

@@ -12,8 +12,9 @@ import os
 import platform
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+import numpy as np
 import torch
 
 from .. import __version__
@@ -75,6 +76,29 @@ def save_result(name: str, payload: dict[str, Any], profile: str, device: str = 
     if not name.replace("_", "").isalnum():
         raise ValueError(f"result name {name!r} must be letters, digits and underscores")
     return write_result(results_dir() / f"{name}.json", payload, profile, device)
+
+
+def plain(value: Any, digits: int = 3) -> str:
+    """A value as words for a printed sentence, not a Python repr (chapters 03-07): a mapping as
+    "math 0.03, code 0.27 and chat 0.37", a list as "math, code and chat" ("none" when empty), a
+    truth value as "yes" / "no", a float rounded to `digits` decimals."""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.{digits}g}" if abs(value) >= 10 ** digits else f"{round(float(value), digits):g}"
+    if isinstance(value, np.integer):
+        return str(int(value))
+    if isinstance(value, Mapping):
+        nested = (Mapping, list, tuple, np.ndarray)
+        parts = [f"{k} {'(' + plain(v, digits) + ')' if isinstance(v, nested) else plain(v, digits)}"
+                 for k, v in value.items()]
+    elif isinstance(value, (list, tuple, np.ndarray)):
+        parts = [plain(v, digits) for v in value]
+    else:
+        return str(value)
+    if not parts:
+        return "none"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def glue(name: str, value: Any, fmt: str = "") -> None:
