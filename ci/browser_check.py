@@ -133,6 +133,14 @@ def _drive_interactive(page: Any, rel: str, screenshot_dir: Path | None) -> tupl
     return found, driven
 
 
+def _body_size(response: Any) -> int:
+    """Bytes of a response's body (0 for a redirect or an aborted request)."""
+    try:
+        return len(response.body())
+    except Exception:  # Playwright raises for responses without a body
+        return 0
+
+
 class ChromiumNotFound(RuntimeError):
     """Chromium is not where we were told to find it, or does not start."""
 
@@ -251,16 +259,10 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
         if _is_local(req.url) and not req.url.endswith("/favicon.ico"):
             found.append(f"failed to load {req.url.removeprefix(base)}: {req.failure}")
 
-    weight = [0]
+    responses: list[Any] = []  # their bodies, summed once the page has settled, are its weight
 
-    def on_finished(req: Any) -> None:
-        try:
-            weight[0] += req.sizes()["responseBodySize"]
-        except Exception:  # a request without a body (redirect, abort): no bytes
-            pass
-
-    page.route("**/*", route)
-    page.on("requestfinished", on_finished)
+    page.route("**/*", route)  # routing also turns the browser cache off: every page pays in full
+    page.on("response", responses.append)
     page.on("console", lambda m: found.append(f"console error: {m.text}")
             if m.type == "error" and not any(known in m.text for known in KNOWN_CONSOLE_ERRORS) else None)
     page.on("response", on_response)
@@ -299,6 +301,7 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
                 page.wait_for_function(JS_VEGA_READY, timeout=wait_ms)
             except PlaywrightTimeout:
                 found.append(f"interactive figures did not draw within {wait_ms / 1000:g} s")
+            weight = [sum(_body_size(r) for r in responses)]
             problems, _ = _drive_interactive(page, rel, screenshot_dir)
             found += problems
             if weight[0] > PAGE_LIMIT_BYTES:

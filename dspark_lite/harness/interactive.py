@@ -181,7 +181,8 @@ def load_chart(states: pd.DataFrame) -> alt.HConcatChart:
     shape = f"datum.knee == knee && {_near('slope', 'slope')}"
     at = f"datum.R == R && {shape}"
     lengths = [c for c in states.columns if c.startswith("l=")]
-    dspark = states[states["scheduler"] == "dspark"]
+    dspark = states[states["scheduler"] == "dspark"].round({"budget": 3})
+    states = states.drop(columns=lengths).round({"theta": 4, "budget": 3})  # one small table each: no nulls
     hist = alt.Chart(dspark).transform_filter(at).transform_fold(lengths, as_=["length", "requests"]).mark_bar(
         color=GREEN).encode(
         x=alt.X("length:N", sort=lengths, title="draft tokens sent, l_r"),
