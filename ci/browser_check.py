@@ -262,7 +262,7 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
     responses: list[Any] = []  # their bodies, summed once the page has settled, are its weight
 
     page.route("**/*", route)  # routing also turns the browser cache off: every page pays in full
-    page.on("response", responses.append)
+    page.on("response", lambda response: responses.append(response))
     page.on("console", lambda m: found.append(f"console error: {m.text}")
             if m.type == "error" and not any(known in m.text for known in KNOWN_CONSOLE_ERRORS) else None)
     page.on("response", on_response)

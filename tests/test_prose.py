@@ -41,9 +41,15 @@ def test_the_check_fails_on_a_planted_sentence_and_names_it(tmp_path: Path) -> N
     assert len(problems) == 1 and problems[0].startswith("chapters/ch.ipynb: cell 1: '24.5%'")
 
 
-def test_glue_returns_the_formatted_text() -> None:
-    assert results.glue("tau_math", 4.6234, ".2f") == "4.62"
-    assert results.glue("verdict", "beats") == "beats"
+def test_glue_stores_the_formatted_text_and_shows_nothing(monkeypatch) -> None:
+    """The prose gets the formatted value; the cell shows nothing (a glue call may end a cell)."""
+    import myst_nb
+
+    stored = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: stored.append((name, value.data, display)))
+    assert results.glue("tau_math", 4.6234, ".2f") is None
+    assert results.glue("verdict", "beats") is None
+    assert stored == [("tau_math", "4.62", False), ("verdict", "beats", False)]
 
 
 def test_the_book_states_no_typed_in_measurement() -> None:
