@@ -7,13 +7,15 @@ browser). A page fails on: a request to any non-local URL (aborted and recorded:
 work offline), a local file that does not load, an image that does not load, a JavaScript error,
 a Python traceback or error output, widgets or math that do not render, TeX source left as text
 outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), and, for a chapter page,
-no figure (an <img> or inline <svg> in a cell output or a figure). A redirect page (Jupyter
+no figure (an <img> or inline <svg> in a cell output or a figure), and a visible icon whose webfont
+did not load. A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
 saved in the screenshot folder.
 
 Interactive figures (Vega-Lite, `dspark_lite/harness/interactive.py`): every control of every
-figure is moved to its first and last value (a select: its first two options) and the figure's
-SVG must change, with no console error; the figure is screenshotted in both states
+figure is moved as a reader moves it, with the mouse and the keyboard (a slider: its thumb dragged
+to the right end, then Home; a select: its first two options picked), it must then show that
+value, and the figure's SVG must change between the two, with no console error; the figure is screenshotted in both states
 (<page>__fig<i>__<control>_<state>.png). A page with an interactive figure must weigh under
 PAGE_LIMIT_BYTES with everything it loads.
 """
@@ -93,11 +95,16 @@ REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\
 
 JS_VEGA_READY = """() => Array.from(document.querySelectorAll('.vega-embed'))
     .every(e => e.querySelector('svg, canvas'))"""
-# Set a control to a value the way a reader's drag or pick would end: value, then input + change.
-JS_SET_CONTROL = """(el, value) => {
-    el.value = value;
-    el.dispatchEvent(new Event('input', {bubbles: true}));
-    el.dispatchEvent(new Event('change', {bubbles: true}));
+# Icons a reader sees (the theme's Font Awesome classes) whose glyph font has not loaded: drawn as
+# empty boxes. The theme's stylesheet draws them from its webfonts (ci/sphinxext/book_fixes.py).
+JS_ICONS_MISSING = """async () => {
+    await document.fonts.ready;
+    const icons = Array.from(document.querySelectorAll('.fa-solid, .fa-regular, .fa-brands, .fas, .far, .fab'))
+        .filter(e => e.offsetParent !== null);
+    const loaded = new Set(Array.from(document.fonts).filter(f => f.status === 'loaded')
+        .map(f => f.family.replace(/["']/g, '')));
+    return icons.filter(e => !getComputedStyle(e, '::before').fontFamily.split(',')
+        .some(f => loaded.has(f.replace(/["']/g, '').trim()))).map(e => e.className);
 }"""
 
 
@@ -114,14 +121,18 @@ def _drive_interactive(page: Any, rel: str, screenshot_dir: Path | None) -> tupl
         for j in range(controls.count()):
             control = controls.nth(j)
             name = (control.get_attribute("name") or f"control{j}").strip()
-            if control.evaluate("el => el.tagName") == "SELECT":
+            is_select = control.evaluate("el => el.tagName") == "SELECT"
+            if is_select:
                 values = control.evaluate("el => Array.from(el.options).map(o => o.value)")[:2]
             else:
-                values = [control.get_attribute("min"), control.get_attribute("max")]
+                values = [control.get_attribute("max"), control.get_attribute("min")]
             drawn = []
             for k, value in enumerate(values):
-                control.evaluate(JS_SET_CONTROL, value)
+                _move_control(page, control, is_select, k)
                 page.wait_for_timeout(250)
+                now = control.input_value()
+                if is_select and now != value or not is_select and float(now) != float(value):
+                    found.append(f"interactive figure {i}: `{name}` shows {now} after a reader moved it to {value}")
                 drawn.append(figure.locator("svg").first.inner_html())
                 if screenshot_dir is not None:
                     stem = rel.removesuffix(".html").replace("/", "__")
@@ -131,6 +142,23 @@ def _drive_interactive(page: Any, rel: str, screenshot_dir: Path | None) -> tupl
             if len(values) < 2 or drawn[0] == drawn[1]:
                 found.append(f"interactive figure {i}: moving `{name}` to {values} did not change what is drawn")
     return found, driven
+
+
+def _move_control(page: Any, control: Any, is_select: bool, k: int) -> None:
+    """Move a control as a reader does: pick option k of a select with the mouse; drag a slider's
+    thumb to the right end of its track with the mouse (k = 0), then press Home (k = 1)."""
+    if is_select:
+        control.select_option(index=k)
+    elif k == 0:
+        control.scroll_into_view_if_needed()
+        box = control.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] + 20, box["y"] + box["height"] / 2, steps=5)
+        page.mouse.up()
+    else:
+        control.focus()
+        page.keyboard.press("Home")
 
 
 def _body_size(response: Any) -> int:
@@ -294,6 +322,8 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
             found.append(f"{n_err} error output(s) (a cell raised)")
         if has_tb or has_pm:
             found.append("a Python traceback is shown in the page")
+        found += [f"icon does not render (its webfont did not load): {c}"
+                  for c in page.evaluate(JS_ICONS_MISSING)[:5]]
         if needs_figure and page.evaluate(JS_FIGURES) == 0:
             found.append("chapter page without a figure (no <img> or <svg> in a cell output)")
         if page.locator(".vega-embed").count():

@@ -10,6 +10,7 @@ import zlib
 from pathlib import Path
 
 import nbformat
+import pydata_sphinx_theme
 import pytest
 
 from ci import browser_check
@@ -73,6 +74,16 @@ def vega_page(live: bool) -> str:
     return page(f'<div class="cell_output">{html}</div>')
 
 
+def icon_page(with_font: bool) -> str:
+    """A page with a theme-style icon (a Font Awesome class drawn by CSS), with or without its webfont."""
+    face = ('@font-face { font-family: "Font Awesome 6 Free"; font-weight: 900; '
+            'src: url("../fa-solid-900.woff2") format("woff2"); }') if with_font else ""
+    style = (f'<style>{face} .fa-solid::before {{ font-family: "Font Awesome 6 Free"; font-weight: 900; '
+             'content: "\\f0c9"; }</style>')
+    return page(FIGURE + '<button><i class="fa-solid fa-bars"></i></button>', head=style)
+
+
+THEME_WEBFONT = Path(pydata_sphinx_theme.__file__).parent / "theme/pydata_sphinx_theme/static/vendor/fontawesome/webfonts/fa-solid-900.woff2"
 PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "clean" carries exactly one defect
     "index.html": page("", head='<meta http-equiv="Refresh" content="0; url=chapters/clean.html" />'),
     "old.html": page("", head='<meta http-equiv="Refresh" content="0; url=gone.html" />'),
@@ -91,6 +102,8 @@ PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "cl
     "chapters/widgets_no_js.html": widget_page(with_js=False),
     "chapters/interactive.html": lambda: vega_page(live=True),  # clean: its slider redraws it offline
     "chapters/interactive_dead.html": lambda: vega_page(live=False),
+    "chapters/icons.html": icon_page(with_font=True),  # clean: the icon's webfont loads
+    "chapters/icons_no_font.html": icon_page(with_font=False),
 }
 
 
@@ -102,6 +115,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
         pytest.fail("vendored JavaScript missing: run `make vendor`", pytrace=False)
     (site / "_static").symlink_to(REPO / "_vendor", target_is_directory=True)
     (site / "fig.png").write_bytes(png())
+    (site / "fa-solid-900.woff2").write_bytes(THEME_WEBFONT.read_bytes())
     for rel, html in PLANTED.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(html() if callable(html) else html)
@@ -163,8 +177,26 @@ def test_screenshot_per_page(planted: dict[str, list[str]]) -> None:
 def test_interactive_figure_redraws_offline_and_a_dead_control_fails(planted: dict[str, list[str]]) -> None:
     assert planted["chapters/interactive.html"] == []
     assert {"chapters__interactive__fig0__x_0.png", "chapters__interactive__fig0__x_1.png"} <= set(planted["_screenshots"])
-    assert any("moving `x` to ['0', '3'] did not change what is drawn" in p
+    assert any("moving `x` to ['3', '0'] did not change what is drawn" in p
                for p in planted["chapters/interactive_dead.html"]), planted["chapters/interactive_dead.html"]
+
+
+def test_icons_render_from_the_webfont_and_a_missing_font_fails(planted: dict[str, list[str]]) -> None:
+    assert planted["chapters/icons.html"] == []
+    assert planted["chapters/icons_no_font.html"] == [
+        "chapters/icons_no_font.html: icon does not render (its webfont did not load): fa-solid fa-bars"]
+
+
+def test_the_theme_script_for_custom_icons_is_dropped() -> None:
+    from ci.sphinxext.book_fixes import without_fontawesome_js
+
+    head = ('<link href="_static/styles/theme.css?digest=1" rel="stylesheet" />\n'
+            '  <script defer src="../_static/scripts/fontawesome.js?digest=55c2"></script>\n'
+            '  <link rel="preload" as="script" href="../_static/scripts/bootstrap.js?digest=55c2" />\n')
+    html, n = without_fontawesome_js(head)
+    assert n == 1 and "fontawesome" not in html
+    assert html.count("\n") == 2 and "theme.css" in html and "bootstrap.js" in html
+    assert without_fontawesome_js(html) == (html, 0)
 
 
 def test_missing_chromium_gives_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
