@@ -102,6 +102,10 @@ PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "cl
     "chapters/widgets_no_js.html": widget_page(with_js=False),
     "chapters/interactive.html": lambda: vega_page(live=True),  # clean: its slider redraws it offline
     "chapters/interactive_dead.html": lambda: vega_page(live=False),
+    "chapters/interactive_stuck.html": page(  # a slider the reader cannot move (disabled)
+        FIGURE + '<div class="cell_output"><div class="vega-embed"><svg width="10" height="10"></svg>'
+        '<div class="vega-bindings"><label><input type="range" name="x" min="0" max="3" step="1" value="1" disabled>'
+        '</label></div></div></div>'),
     "chapters/icons.html": icon_page(with_font=True),  # clean: the icon's webfont loads
     "chapters/icons_no_font.html": icon_page(with_font=False),
 }
@@ -179,6 +183,12 @@ def test_interactive_figure_redraws_offline_and_a_dead_control_fails(planted: di
     assert {"chapters__interactive__fig0__x_0.png", "chapters__interactive__fig0__x_1.png"} <= set(planted["_screenshots"])
     assert any("moving `x` to ['3', '0'] did not change what is drawn" in p
                for p in planted["chapters/interactive_dead.html"]), planted["chapters/interactive_dead.html"]
+
+
+def test_a_control_a_reader_cannot_move_fails(planted: dict[str, list[str]]) -> None:
+    stuck = planted["chapters/interactive_stuck.html"]
+    assert "chapters/interactive_stuck.html: interactive figure 0: `x` shows 1 after a reader moved it to 3" in stuck, stuck
+    assert "chapters/interactive_stuck.html: interactive figure 0: `x` shows 1 after a reader moved it to 0" in stuck, stuck
 
 
 def test_icons_render_from_the_webfont_and_a_missing_font_fails(planted: dict[str, list[str]]) -> None:
