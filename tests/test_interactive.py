@@ -89,3 +89,12 @@ def test_the_book_vendors_the_vega_lite_that_altair_writes():
     pins = json.loads((REPO / "ci" / "vendor" / "package.json").read_text())["dependencies"]
     assert pins["vega-lite"] == alt.SCHEMA_VERSION.lstrip("v")
     assert pins["vega"].split(".")[0] == alt.VEGA_VERSION and pins["vega-embed"].split(".")[0] == alt.VEGAEMBED_VERSION
+
+
+def test_curves_chart_keeps_the_frames_panel_order_and_tooltips_every_column():
+    frame = pd.DataFrame([{"domain": d, "drafter": "A", "k": k, "acceptance": 0.5 + 0.1 * k}
+                          for d in ("math", "code", "chat") for k in (1, 2)])
+    spec = interactive.curves_chart(frame, "k", "acceptance", "drafter", column="domain").to_dict()
+    assert spec["facet"]["column"]["sort"] == ["math", "code", "chat"]  # not alphabetical
+    tooltip = spec["spec"]["layer"][0]["encoding"]["tooltip"]
+    assert [t["field"] for t in tooltip] == ["domain", "drafter", "k", "acceptance"]

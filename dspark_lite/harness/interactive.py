@@ -214,8 +214,9 @@ def curves_chart(frame: pd.DataFrame, x: str, y: str, color: str, column: str | 
                  x_title: str | None = None, y_title: str | None = None, diagonal: bool = False,
                  colors: dict[str, str] | None = None) -> alt.Chart:
     """Per-position curves a reader wants to read exactly (acceptance by position, reliability
-    diagrams): one line per `color` value, a panel per `column` value, every point with a hover
-    tooltip of its row. `diagonal` adds y = x (perfect calibration)."""
+    diagrams): one line per `color` value, a panel per `column` value (in the order the frame first
+    lists them), every point with a hover tooltip of its row. `diagonal` adds y = x (perfect
+    calibration)."""
     scale = alt.Scale(domain=list(colors), range=list(colors.values())) if colors else alt.Undefined
     tooltip = [alt.Tooltip(c, format=".3f") if pd.api.types.is_float_dtype(frame[c]) else c for c in frame.columns]
     lines = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=50)).encode(
@@ -227,4 +228,6 @@ def curves_chart(frame: pd.DataFrame, x: str, y: str, color: str, column: str | 
         layers.insert(0, alt.Chart().mark_rule(strokeDash=[3, 3], color=GREY).encode(
             x=alt.datum(0.0), y=alt.datum(0.0), x2=alt.datum(1.0), y2=alt.datum(1.0)))
     chart = alt.layer(*layers, data=frame).properties(width=220, height=200)
-    return chart.facet(column=alt.Column(f"{column}:N", title=None)) if column else chart
+    if column is None:
+        return chart
+    return chart.facet(column=alt.Column(f"{column}:N", title=None, sort=list(pd.unique(frame[column]))))
