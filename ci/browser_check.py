@@ -121,17 +121,14 @@ def _drive_interactive(page: Any, rel: str, screenshot_dir: Path | None) -> tupl
         for j in range(controls.count()):
             control = controls.nth(j)
             name = (control.get_attribute("name") or f"control{j}").strip()
-            is_select = control.evaluate("el => el.tagName") == "SELECT"
-            if is_select:
-                values = control.evaluate("el => Array.from(el.options).map(o => o.value)")[:2]
-            else:
-                values = [control.get_attribute("max"), control.get_attribute("min")]
+            moves = _reader_moves(page, control)
+            values = [value for value, _ in moves]
             drawn = []
-            for k, value in enumerate(values):
-                _move_control(page, control, is_select, k)
+            for k, (value, move) in enumerate(moves):
+                move()
                 page.wait_for_timeout(250)
                 now = control.input_value()
-                if is_select and now != value or not is_select and float(now) != float(value):
+                if now != value and not _same_number(now, value):
                     found.append(f"interactive figure {i}: `{name}` shows {now} after a reader moved it to {value}")
                 drawn.append(figure.locator("svg").first.inner_html())
                 if screenshot_dir is not None:
@@ -144,21 +141,35 @@ def _drive_interactive(page: Any, rel: str, screenshot_dir: Path | None) -> tupl
     return found, driven
 
 
-def _move_control(page: Any, control: Any, is_select: bool, k: int) -> None:
-    """Move a control as a reader does: pick option k of a select with the mouse; drag a slider's
-    thumb to the right end of its track with the mouse (k = 0), then press Home (k = 1)."""
-    if is_select:
-        control.select_option(index=k)
-    elif k == 0:
+def _reader_moves(page: Any, control: Any) -> list[tuple[str, Any]]:
+    """Two moves a reader makes with a control, each with the value it should leave: a select's
+    first two options picked; a slider's thumb dragged past the right end of its track with the
+    mouse (its max), then the Home key (its min)."""
+    if control.evaluate("el => el.tagName") == "SELECT":
+        options = control.evaluate("el => Array.from(el.options).map(o => o.value)")[:2]
+        return [(value, lambda k=k: control.select_option(index=k)) for k, value in enumerate(options)]
+
+    def drag_to_right_end() -> None:
         control.scroll_into_view_if_needed()
         box = control.bounding_box()
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         page.mouse.down()
         page.mouse.move(box["x"] + box["width"] + 20, box["y"] + box["height"] / 2, steps=5)
         page.mouse.up()
-    else:
+
+    def press_home() -> None:
         control.focus()
         page.keyboard.press("Home")
+
+    return [(control.get_attribute("max"), drag_to_right_end), (control.get_attribute("min"), press_home)]
+
+
+def _same_number(a: str, b: str) -> bool:
+    """True when two control values are the same number ("0.9" and "0.90")."""
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
 
 
 def _body_size(response: Any) -> int:
