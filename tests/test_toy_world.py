@@ -16,12 +16,41 @@ from dspark_lite.harness.world import load_toy_world
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
 # purpose, update it here; it must never change with the machine or the Python version.
-PINNED_DIGEST = "5c7cf8ac1b6dce5cabdb8cda8f5f0f970e541dbc599ca4a8f5578bb25f39e7a1"
+PINNED_DIGEST = "0f772fff910290b5eae18cb540785ee2605178f70810ae29209ee8c3ca60a0bf"
+# The same with chat_skew = 0: the bytes of the generator before the knob existed (uniform chat choices).
+UNIFORM_CHAT_DIGEST = "5c7cf8ac1b6dce5cabdb8cda8f5f0f970e541dbc599ca4a8f5578bb25f39e7a1"
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
     corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=corpus.CorpusKnobs())
     assert corpus.corpus_digest(tmp_path) == PINNED_DIGEST
+    corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=corpus.CorpusKnobs(chat_skew=0.0))
+    assert corpus.corpus_digest(tmp_path) == UNIFORM_CHAT_DIGEST
+
+
+def test_chat_choices_follow_the_prompts_skew() -> None:
+    """Each prompt ranks the openers its own way, and the generated openers follow the weights
+    1 / r ** chat_skew of that ranking (chi-square against the exact weights)."""
+    knobs = corpus.CorpusKnobs(chat_skew=1.0)
+    records = corpus.generate_records("chat", "train", 4000, 0, knobs)
+    prompts = sorted({r["prompt"] for r in records})
+    rankings = set()
+    for prompt in prompts[:6]:
+        topic = next(i for i, t in enumerate(corpus.CHAT_TOPICS) if t[0] in prompt)
+        ask = next(i for i, a in enumerate(corpus.ASKS) if a.format(req=corpus.CHAT_TOPICS[topic][0]) == prompt)
+        weights = corpus.PromptSkew(corpus.Rng(0), f"{topic}/{ask}", 1.0).weights(5, "opener")
+        assert sorted(weights, reverse=True) == pytest.approx([1 / r for r in range(1, 6)])
+        rankings.add(tuple(weights))
+        openers = [r["reply"].split("!")[0] + "!" for r in records if r["prompt"] == prompt]
+        counts = [sum(o == opener for o in openers) for opener in corpus.OPENERS]
+        expected = [len(openers) * w / sum(weights) for w in weights]
+        chi2 = sum((c - e) ** 2 / e for c, e in zip(counts, expected))
+        assert chi2 < 18.5, (prompt, counts, expected)  # chi-square, 4 degrees of freedom, p = 0.001
+    assert len(rankings) > 1, "different prompts must skew the choices differently"
+    uniform = corpus.PromptSkew(corpus.Rng(0), "0/0", 0.0).weights(5, "opener")
+    assert uniform == [1.0] * 5
+    with pytest.raises(ValueError, match="chat_skew"):
+        corpus.CorpusKnobs(chat_skew=-1.0)
 
 
 def test_corpus_is_seeded() -> None:

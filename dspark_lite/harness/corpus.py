@@ -50,6 +50,12 @@ class CorpusKnobs:
     chat_remarks: probability that the opening line and each tip end with a remark ("It keeps you
         motivated, saves you time and helps you relax."): skip-word dependencies that a
         first-order (Markov) correction cannot see (chapter 04).
+    chat_skew: how much the prompt skews every chat choice. Each choice point (opener, lead,
+        ordinal, tip, slot, remark, closer) ranks its options in an order set by the prompt
+        (its topic and phrasing) and draws option of rank r with weight 1 / r ** chat_skew:
+        0 is uniform, 1 is Zipf's law, the shape of word-choice frequencies in real text. Real
+        chat is open in this way: which phrasing comes next depends on the request, and a
+        small drafter gets the skew wrong where a uniform choice costs it nothing (chapter 01).
     """
 
     math_max_number: int = 5
@@ -62,6 +68,7 @@ class CorpusKnobs:
     chat_tips: int = 5
     chat_slot_options: int = 4
     chat_remarks: float = 1.0
+    chat_skew: float = 1.0
 
     def __post_init__(self) -> None:
         if self.math_max_number < 5:
@@ -72,6 +79,8 @@ class CorpusKnobs:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} is a probability in [0, 1], got {value}")
+        if not 0.0 <= self.chat_skew <= 4.0:
+            raise ValueError(f"chat_skew must be in [0, 4] (0 = uniform choices), got {self.chat_skew}")
         if not 1 <= self.chat_branching <= 5:
             raise ValueError(f"chat_branching must be in 1..5, got {self.chat_branching}")
         if not 1 <= self.chat_tips <= 5:
@@ -102,6 +111,15 @@ class Rng:
         if len(options) == 1 or self.uniform() >= entropy:
             return options[0]
         return options[self.int(1, len(options) - 1)]
+
+    def weighted_index(self, weights: Sequence[float]) -> int:
+        """An index drawn with probability proportional to `weights`."""
+        u, total = self.uniform() * sum(weights), 0.0
+        for index, weight in enumerate(weights):
+            total += weight
+            if u < total:
+                return index
+        return len(weights) - 1
 
     def sample(self, options: Sequence, k: int) -> list:
         """k distinct elements in random order (a partial Fisher-Yates shuffle)."""
@@ -485,44 +503,88 @@ CLOSERS = ("I hope this helps!", "Hope that helps!", "Let me know how it goes!",
 WISHES = ("Enjoy your {noun}!", "Good luck with your {noun}!", "Have fun with your {noun}!", "All the best with your {noun}!", "I hope your {noun} goes well!")
 
 
-def fill_slots(rng: Rng, template: str, options: int) -> str:
+class PromptSkew:
+    """The chat choices of one prompt (chapter 01): every choice point ranks its options in an
+    order that a hash of (prompt, choice point) fixes, and draws rank r with weight 1 / r ** skew.
+    At skew 0 every draw is `Rng.choice`, uniform, exactly as before the knob existed."""
+
+    def __init__(self, rng: Rng, prompt_key: str, skew: float) -> None:
+        self.rng, self.key, self.skew = rng, prompt_key, skew
+
+    def weights(self, n: int, point: str) -> list[float]:
+        """Weight of each of n options at this choice point (uniform at skew 0)."""
+        digest = hashlib.sha256(f"{self.key}/{point}".encode()).digest()
+        ranks = sorted(range(n), key=lambda i: (digest[i % len(digest)], i))  # rank -> option
+        weights = [0.0] * n
+        for rank, option in enumerate(ranks):
+            weights[option] = 1.0 / (rank + 1) ** self.skew
+        return weights
+
+    def choice(self, options: Sequence, point: str):
+        if self.skew == 0.0:
+            return self.rng.choice(options)
+        return options[self.rng.weighted_index(self.weights(len(options), point))]
+
+    def sample(self, options: Sequence, k: int, point: str) -> list:
+        """k distinct options in drawn order (without replacement, each draw skewed)."""
+        if self.skew == 0.0:
+            return self.rng.sample(options, k)
+        pool, weights, chosen = list(options), self.weights(len(options), point), []
+        for _ in range(k):
+            index = self.rng.weighted_index(weights)
+            chosen.append(pool.pop(index))
+            weights.pop(index)
+        return chosen
+
+
+def fill_slots(skew: PromptSkew, template: str, options: int) -> str:
     """Replace every {a|b|c|d} slot by one of its first `options` alternatives."""
     parts = template.split("{")
     out = [parts[0]]
-    for part in parts[1:]:
+    for index, part in enumerate(parts[1:]):
         slot, rest = part.split("}", 1)
-        out.append(rng.choice(slot.split("|")[:options]) + rest)
+        out.append(skew.choice(slot.split("|")[:options], f"slot/{template}/{index}") + rest)
     return "".join(out)
 
 
-def chat_remark(rng: Rng, knobs: CorpusKnobs) -> str:
+def chat_remark(skew: PromptSkew, knobs: CorpusKnobs, point: str) -> str:
     """ "It <verb> you <word>, <verb> you <word> and <verb> you <word>." with three different
     verbs; each word agrees with its verb (with probability chat_skip_dependency), two tokens
     after it."""
+    rng, pool = skew.rng, REMARKS[: knobs.chat_branching]
     clauses = []
-    for verb, word in rng.sample(REMARKS[: knobs.chat_branching], min(3, knobs.chat_branching)):
+    for verb, word in skew.sample(pool, min(3, knobs.chat_branching), f"remark/{point}"):
         if rng.uniform() >= knobs.chat_skip_dependency:
-            word = rng.choice(REMARKS[: knobs.chat_branching])[1]
+            word = rng.choice(pool)[1]
         clauses.append(f"{verb} you {word}")
     listed = clauses[0] if len(clauses) == 1 else f"{', '.join(clauses[:-1])} and {clauses[-1]}"
     return f"It {listed}."
 
 
 def chat_sample(rng: Rng, knobs: CorpusKnobs) -> tuple[str, str]:
-    """One open-ended request and a reply with branching phrasings and free-choice tips."""
+    """One open-ended request and a reply with branching phrasings and free-choice tips, each
+    choice skewed by the prompt (`CorpusKnobs.chat_skew`)."""
     b = knobs.chat_branching
-    request, noun, tips = rng.choice(CHAT_TOPICS)
-    prompt = rng.choice(ASKS).format(req=request)
-    adjective, verb = rng.choice(AGREEMENT[:b])
+    topic = rng.int(0, len(CHAT_TOPICS) - 1)
+    request, noun, tips = CHAT_TOPICS[topic]
+    ask = rng.int(0, len(ASKS) - 1)
+    prompt = ASKS[ask].format(req=request)
+    skew = PromptSkew(rng, f"{topic}/{ask}", knobs.chat_skew)
+    adjective, verb = skew.choice(AGREEMENT[:b], "agreement")
     if rng.uniform() >= knobs.chat_skip_dependency:  # break the agreement on purpose
         verb = rng.choice(AGREEMENT[:b])[1]
-    remark = lambda line: f"{line} {chat_remark(rng, knobs)}" if rng.uniform() < knobs.chat_remarks else line
-    lines = [remark(f"{rng.choice(OPENERS[:b])} I would be {adjective} to {verb}. {rng.choice(LEADS[:b])}")]
-    chosen = rng.sample(tips, knobs.chat_tips)
+
+    def remark(line: str, point: str) -> str:
+        return f"{line} {chat_remark(skew, knobs, point)}" if rng.uniform() < knobs.chat_remarks else line
+
+    opening = f"{skew.choice(OPENERS[:b], 'opener')} I would be {adjective} to {verb}. {skew.choice(LEADS[:b], 'lead')}"
+    lines = [remark(opening, "opening")]
+    chosen = skew.sample(tips, knobs.chat_tips, "tips")
     for i, tip in enumerate(chosen):
         ordinal = FINALS if i == len(chosen) - 1 and i > 0 else ORDINALS[i]
-        lines.append(remark(f"{rng.choice(ordinal[:b])} {fill_slots(rng, tip, knobs.chat_slot_options)}."))
-    lines.append(f"{rng.choice(CLOSERS[:b])} {rng.choice(WISHES[:b]).format(noun=noun)}")
+        text = f"{skew.choice(ordinal[:b], f'ordinal/{i}')} {fill_slots(skew, tip, knobs.chat_slot_options)}."
+        lines.append(remark(text, f"tip/{i}"))
+    lines.append(f"{skew.choice(CLOSERS[:b], 'closer')} {skew.choice(WISHES[:b], 'wish').format(noun=noun)}")
     return prompt, "\n".join(lines)
 
 

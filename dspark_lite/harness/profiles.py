@@ -65,6 +65,10 @@ class DrafterRecipe:
     latency_gammas / latency_repeats: the draft-latency sweep.
     collision_contexts / collision_samples: the multimodal-collision exhibit's size.
     markov_rank: r of DSpark's Markov and RNN heads (chapter 04; 256 for Qwen3-4B).
+    draft_intermediate_size: the MLP width of every draft layer (None: the target's). The
+        drafters keep the target's hidden size (they share its embedding and LM head); a
+        narrower MLP is what keeps them small beside the target, as the paper's are (the
+        regime table of chapter 01).
     """
 
     block_size: int
@@ -92,6 +96,7 @@ class DrafterRecipe:
     collision_samples: int
     markov_rank: int
     finetune_steps: int
+    draft_intermediate_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,11 @@ class GpuStudy:
 
 @dataclass(frozen=True)
 class Profile:
-    """All sizes of one profile. Chapters read the fields they need."""
+    """All sizes of one profile. Chapters read the fields they need.
+
+    regime_sequences: validation replies per domain that chapter 01's regime table and logit
+        lens read.
+    """
 
     name: str
     corpus: CorpusSize
@@ -239,6 +248,7 @@ class Profile:
     confidence: ConfidenceStudy
     serving: ServingStudy
     gpu: GpuStudy
+    regime_sequences: int = 24
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -344,6 +354,7 @@ _SMOKE = Profile(
         profile_points=3, profile_context=16, profile_repeats=1, concurrencies=(1, 2), sim_steps=20, sim_replays=2,
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
     ),
+    regime_sequences=2,
 )
 
 PROFILES: dict[str, Profile] = {"full": _FULL, "smoke": _SMOKE}

@@ -42,13 +42,15 @@ def train_config(recipe: DrafterRecipe, **overrides) -> DrafterTrainConfig:
 def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafters.DFlashDrafter:
     """An untrained parallel drafter of the recipe's shape."""
     cfg = drafters.DFlashConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
-                                block_size=recipe.block_size, num_layers=recipe.dflash_layers)
+                                block_size=recipe.block_size, num_layers=recipe.dflash_layers,
+                                intermediate_size=recipe.draft_intermediate_size)
     return drafters.DFlashDrafter(world.target, cfg, seed=seed)
 
 
 def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafters.EagleDrafter:
     """An untrained EAGLE-3 style drafter of the recipe's shape (TTT horizon = block size)."""
-    cfg = drafters.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers)
+    cfg = drafters.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers,
+                               intermediate_size=recipe.draft_intermediate_size)
     return drafters.EagleDrafter(world.target, cfg, seed=seed)
 
 
@@ -60,6 +62,7 @@ def dspark_builder(head_type: str, confidence_head: bool = False
     def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
         cfg = dspark.DSparkConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
                                   block_size=recipe.block_size, num_layers=recipe.dflash_layers,
+                                  intermediate_size=recipe.draft_intermediate_size,
                                   head_type=head_type, markov_rank=recipe.markov_rank,
                                   confidence_head=confidence_head)
         return dspark.DSparkDrafter(world.target, cfg, seed=seed)
