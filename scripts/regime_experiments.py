@@ -45,6 +45,8 @@ def main() -> None:
     parser.add_argument("--dflash-layers", type=int, default=2)
     parser.add_argument("--eagle-layers", type=int, default=1)
     parser.add_argument("--draft-intermediate", type=int, default=None)
+    parser.add_argument("--eagle-intermediate", type=int, default=None)
+    parser.add_argument("--eagle-heads", type=int, default=None)
     parser.add_argument("--chat-skew", type=float, default=1.0)
     parser.add_argument("--drafter-steps", type=int, default=600)
     parser.add_argument("--kinds", nargs="*", default=["dflash", "eagle"])
@@ -60,6 +62,7 @@ def main() -> None:
     read = tuple(args.read) if args.read else tuple(range(args.layers))
     recipe = replace(full.drafter, target_layer_ids=read, dflash_layers=args.dflash_layers,
                      eagle_layers=args.eagle_layers, draft_intermediate_size=args.draft_intermediate,
+                     eagle_intermediate_size=args.eagle_intermediate, eagle_num_heads=args.eagle_heads,
                      steps=args.drafter_steps, eagle_steps=args.drafter_steps, dspark_steps=args.drafter_steps)
     profile = replace(full, target=target, draft_lm=replace(full.draft_lm, vocab_size=args.vocab), drafter=recipe)
     knobs = corpus.CorpusKnobs(chat_skew=args.chat_skew)

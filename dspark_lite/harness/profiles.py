@@ -50,14 +50,15 @@ class DrafterRecipe:
 
     block_size: gamma, the slots a parallel block drafts (and the autoregressive baseline's
         training-time-test horizon); 7 as the paper's Table 1.
-    target_layer_ids: 0-based target layers whose hidden states form the context.
+    target_layer_ids: 0-based target layers whose hidden states form the context. As DeepSpec's
+        (1, 9, 17, 25, 33 of Qwen3-4B's 36), they start at layer 1 and leave the two top layers
+        and the final norm unread (chapter 01's regime table and logit lens).
     training_replies / reply_tokens: how many replies the target regenerates for training,
         and at most how many tokens each.
     steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma);
-        `steps` trains DFlash, `eagle_steps` the autoregressive baseline, which converges in
-        fewer (chapter 03 shows both training curves), `dspark_steps` DSpark drafters trained
-        from scratch (chapter 04; DFlash's count in the full profile, so Table 1 compares equal
-        budgets; the two DSpark drafters train side by side to fit the chapter's 10 minutes),
+        `steps` trains DFlash, `eagle_steps` the autoregressive baseline, `dspark_steps` DSpark
+        drafters trained from scratch (chapter 04); all three equal in the full profile, so
+        every drafter of Table 1 gets the same steps x batch on the same replies,
         `finetune_steps` the steps a drafter trains on top of another trained one (chapter 05's
         confidence head on DSpark-Markov).
     eval_prompts / eval_new_tokens / eval_samples: held-out prompts per domain, tokens
@@ -69,6 +70,9 @@ class DrafterRecipe:
         drafters keep the target's hidden size (they share its embedding and LM head); a
         narrower MLP is what keeps them small beside the target, as the paper's are (the
         regime table of chapter 01).
+    eagle_intermediate_size / eagle_num_heads: the EAGLE-style layer's MLP width and attention
+        heads (one key/value head; None: the target's). Eagle3's one layer is about 4% of
+        Qwen3-4B against DFlash's 15%; these bring ours as close to that as one layer allows.
     """
 
     block_size: int
@@ -97,6 +101,8 @@ class DrafterRecipe:
     markov_rank: int
     finetune_steps: int
     draft_intermediate_size: int | None = None
+    eagle_intermediate_size: int | None = None
+    eagle_num_heads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -248,7 +254,7 @@ class Profile:
     confidence: ConfidenceStudy
     serving: ServingStudy
     gpu: GpuStudy
-    regime_sequences: int = 24
+    regime_sequences: int = 12
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -259,9 +265,9 @@ _FULL = Profile(
     name="full",
     corpus=CorpusSize(train=5000, validation=200, eval_prompts=40),
     target=TargetConfig(
-        vocab_size=2048, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
-        head_dim=64, intermediate_size=768, max_positions=512, seq_len=256,
-        batch_size=16, steps=1200, lr=3e-3, warmup_steps=40, compile=True,
+        vocab_size=2048, hidden_size=128, num_layers=6, num_heads=4, num_kv_heads=2,
+        head_dim=32, intermediate_size=384, max_positions=512, seq_len=256,
+        batch_size=16, steps=1000, lr=3e-3, warmup_steps=40, compile=True,
     ),
     draft_lm=TargetConfig(
         vocab_size=2048, hidden_size=96, num_layers=2, num_heads=2, num_kv_heads=1,
@@ -278,17 +284,18 @@ _FULL = Profile(
     race_repeats=9,
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
-        block_size=7, target_layer_ids=(0, 1, 2, 3), dflash_layers=2, eagle_layers=1,
-        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=1200, dspark_steps=2000, sequences_per_batch=4,
+        block_size=7, target_layer_ids=(1, 3), dflash_layers=2, eagle_layers=1,
+        training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=2000, dspark_steps=2000, sequences_per_batch=4,
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
         collision_contexts=20, collision_samples=10, markov_rank=64, finetune_steps=500,
+        draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(
-        ablation_steps=300, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
-        deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 12, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
-        race_prompts=24, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
+        ablation_steps=1000, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
+        deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
+        race_prompts=12, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=6, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
@@ -310,8 +317,8 @@ _SMOKE = Profile(
     name="smoke",
     corpus=CorpusSize(train=150, validation=30, eval_prompts=4),
     target=TargetConfig(
-        vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-        head_dim=16, intermediate_size=64, max_positions=512, seq_len=128,
+        vocab_size=600, hidden_size=32, num_layers=4, num_heads=2, num_kv_heads=1,
+        head_dim=16, intermediate_size=96, max_positions=512, seq_len=128,
         batch_size=8, steps=15, lr=3e-3, warmup_steps=3,
     ),
     draft_lm=TargetConfig(
@@ -329,12 +336,13 @@ _SMOKE = Profile(
     race_repeats=2,
     gammas=(1, 3),
     drafter=DrafterRecipe(
-        block_size=4, target_layer_ids=(0, 1), dflash_layers=1, eagle_layers=1,
+        block_size=4, target_layer_ids=(1,), dflash_layers=1, eagle_layers=1,
         training_replies=24, reply_tokens=24, steps=8, eagle_steps=6, dspark_steps=6, sequences_per_batch=4,
         anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
         latency_gammas=(1, 4), latency_repeats=2,
         collision_contexts=2, collision_samples=2, markov_rank=8, finetune_steps=4,
+        draft_intermediate_size=8,
     ),
     heads=HeadStudy(
         ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1, 2),

@@ -100,7 +100,7 @@ def _entropy(probs: Tensor) -> Tensor:
 
 @torch.inference_mode()
 def block_dependency(target: nn.Module, sequences: Sequence[Tensor], reply_starts: Sequence[int],
-                     anchors_per_sequence: int = 8, mass: float = 0.999, generator: torch.Generator | None = None
+                     anchors_per_sequence: int = 8, mass: float = 0.99, generator: torch.Generator | None = None
                      ) -> dict[str, float]:
     """How much of the next-but-one token's entropy only the token in between settles.
 

@@ -50,7 +50,9 @@ def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> draft
 def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafters.EagleDrafter:
     """An untrained EAGLE-3 style drafter of the recipe's shape (TTT horizon = block size)."""
     cfg = drafters.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers,
-                               intermediate_size=recipe.draft_intermediate_size)
+                               intermediate_size=recipe.eagle_intermediate_size or recipe.draft_intermediate_size,
+                               num_heads=recipe.eagle_num_heads,
+                               num_kv_heads=None if recipe.eagle_num_heads is None else 1)
     return drafters.EagleDrafter(world.target, cfg, seed=seed)
 
 
