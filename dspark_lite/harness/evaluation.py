@@ -33,6 +33,8 @@ class DomainAcceptance:
     rounds: int
     tokens: int
     record: Rounds | None = field(default=None, repr=False)
+    per_generation: list[list[float]] = field(default_factory=list)
+    """[emitted tokens, rounds] of each generation, in prompt order: what `verdicts` resamples."""
 
     def to_dict(self) -> dict:
         """Everything but the record of rounds."""
@@ -50,9 +52,12 @@ def summarize(domain: str, rounds: Rounds, gamma: int, tokens: int, keep_record:
 
 def summarize_rollouts(domain: str, rollouts: Sequence[Rollout], gamma: int, keep_record: bool = False
                        ) -> DomainAcceptance:
-    """`summarize` over several rollouts: their rounds pooled, their tokens counted (chapters 03-07)."""
-    return summarize(domain, Rounds.concat([out.rounds for out in rollouts]), gamma,
-                     sum(len(out.tokens) for out in rollouts), keep_record)
+    """`summarize` over several rollouts: their rounds pooled, their tokens counted, and each
+    rollout's (emitted tokens, rounds) kept for the verdicts' bootstrap (chapters 03-07)."""
+    report = summarize(domain, Rounds.concat([out.rounds for out in rollouts]), gamma,
+                       sum(len(out.tokens) for out in rollouts), keep_record)
+    report.per_generation = [[float(out.rounds.emitted.sum()) if len(out.rounds) else 0.0, len(out.rounds)] for out in rollouts]
+    return report
 
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,

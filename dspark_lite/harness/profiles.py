@@ -107,12 +107,12 @@ class DrafterRecipe:
 
 @dataclass(frozen=True)
 class HeadStudy:
-    """Chapter 04's ablations and timings, kept lean to fit its time budget.
+    """Chapter 04's ablations and timings.
 
-    ablation_steps / ablation_sequences_per_batch / ablation_block_tokens: the short training
-        every ablation drafter gets (all alike, so they compare with each other, not with the
-        full-recipe drafters); anchors per sequence = ablation_block_tokens // gamma, so every
-        block size sees the same number of supervised slots.
+    ablation_steps / ablation_sequences_per_batch / ablation_block_tokens: the training every
+        ablation drafter gets (all alike, so they compare with each other; chapter 04 prints how
+        close to the full recipe's tau they get); anchors per sequence = ablation_block_tokens //
+        gamma, so every block size sees the same number of supervised slots.
     depth_layers / deep_dflash_layers / depth_gamma: Figure 3's DSpark depths, the deeper
         DFlash, and their block size (one of Figure 4's, so its 2-layer drafters serve both).
     ablation_gammas: Figure 4's block sizes.
