@@ -178,7 +178,7 @@ def regime_rows(target: nn.Module, drafters: dict[str, nn.Module], layer_ids: Se
     rows.append({"property": "chat: entropy of the opener given the prompt / pooled over prompts (nats)",
                  "toy world": f"{choice['given_prompt']:.2f} / {choice['pooled']:.2f}",
                  "paper (Qwen3-4B)": "real requests skew real replies",
-                 "paper's side of the line": "given < pooled", "inside": bool(choice["given_prompt"] < choice["pooled"] - 1e-9)})
+                 "paper's side of the line": "lower given the prompt", "inside": bool(choice["given_prompt"] < choice["pooled"] - 1e-9)})
     for domain, dep in dependency.items():
         share = dep["mutual_information"] / dep["marginal_entropy"] if dep["marginal_entropy"] > 0 else 0.0
         rows.append({"property": f"{domain}: entropy of the next token (nats)", "toy world": f"{dep['next_entropy']:.3f}",
