@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lite.harness import cache, corpus, evaluation, regime, tokenizer, zoo  # noqa: E402
+from dspark_lite.harness import cache, corpus, evaluation, regime, zoo  # noqa: E402
 from dspark_lite.harness.profiles import get_profile  # noqa: E402
 from dspark_lite.harness.world import load_toy_world  # noqa: E402
 
@@ -83,9 +83,7 @@ def main() -> None:
 
     seqs, starts = {}, {}
     for domain in corpus.DOMAINS:
-        rows = val.filter(lambda r: r["domain"] == domain).select(range(24))
-        seqs[domain] = [torch.tensor(world.tokenizer(tokenizer.format_chat(p, r))["input_ids"]) for p, r in zip(rows["prompt"], rows["reply"])]
-        starts[domain] = [len(world.tokenizer(tokenizer.format_chat(p))["input_ids"]) for p in rows["prompt"]]
+        seqs[domain], starts[domain] = regime.reply_sequences(world, domain, 24)
     out["logit_lens"] = regime.logit_lens(world.target, seqs["chat"] + seqs["math"] + seqs["code"],
                                           starts["chat"] + starts["math"] + starts["code"])
     gen = torch.Generator().manual_seed(0)

@@ -31,6 +31,9 @@ def test_a_real_gap_is_called_and_equal_drafters_tie_at_the_level() -> None:
     tie = verdicts.tau_difference(generations(4.0, 20, rng), generations(4.0, 20, rng), paired=False)
     if not (tie.above_zero or tie.below_zero):
         assert verdicts.compared(tie) == "tied with (within noise)"
+    straddles = verdicts.Interval(0.1, -0.2, 0.4)
+    assert verdicts.compared(straddles, "holds", "is reversed", "is a tie") == "is a tie"
+    assert verdicts.compared(verdicts.Interval(0.3, 0.1, 0.5), "holds", "is reversed", "is a tie") == "holds"
 
 
 def test_paired_needs_the_same_generations_and_macro_gain_is_a_percentage() -> None:

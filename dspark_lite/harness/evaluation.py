@@ -56,7 +56,7 @@ def summarize_rollouts(domain: str, rollouts: Sequence[Rollout], gamma: int, kee
     rollout's (emitted tokens, rounds) kept for the verdicts' bootstrap (chapters 03-07)."""
     report = summarize(domain, Rounds.concat([out.rounds for out in rollouts]), gamma,
                        sum(len(out.tokens) for out in rollouts), keep_record)
-    report.per_generation = [[float(out.rounds.emitted.sum()) if len(out.rounds) else 0.0, len(out.rounds)] for out in rollouts]
+    report.per_generation = [[float(out.rounds.emitted.sum()), len(out.rounds)] for out in rollouts]
     return report
 
 

@@ -187,3 +187,16 @@ def regime_rows(target: nn.Module, drafters: dict[str, nn.Module], layer_ids: Se
                      "toy world": f"{share:.1%}", "paper (Qwen3-4B)": "not reported",
                      "paper's side of the line": "-", "inside": None})
     return rows
+
+
+def reply_sequences(world, domain: str, n: int, device: torch.device | str | None = None
+                    ) -> tuple[list[Tensor], list[int]]:
+    """The first n validation conversations of a domain as token ids, and where each reply
+    starts: what `block_dependency` and `logit_lens` read (chapters 01 and 03)."""
+    from .tokenizer import format_chat
+
+    part = world.split("validation", (domain,))
+    part = part.select(range(min(n, len(part))))
+    encode = lambda text: world.tokenizer(text)["input_ids"]
+    ids = [torch.tensor(encode(format_chat(p, r)), device=device) for p, r in zip(part["prompt"], part["reply"])]
+    return ids, [len(encode(format_chat(p))) for p in part["prompt"]]

@@ -98,13 +98,17 @@ def macro_gain(a: Mapping[str, Sequence[Sequence[float]]], b: Mapping[str, Seque
     return _interval(float(estimate), 100 * (macro_a / macro_b - 1))
 
 
-def compared(interval: Interval, above: str = "above", below: str = "below") -> str:
-    """The one wording of a verdict: `above`, `below`, or a tie within the noise."""
+TIE = "tied with (within noise)"
+
+
+def compared(interval: Interval, above: str = "above", below: str = "below", tie: str = TIE) -> str:
+    """The one wording of a verdict: `above`, `below`, or a tie within the noise (a sentence
+    that needs other words passes its own three)."""
     if interval.above_zero:
         return above
     if interval.below_zero:
         return below
-    return "tied with (within noise)"
+    return tie
 
 
 # The t distribution's 97.5% quantile by degrees of freedom (a 95% two-sided interval); 1.96 past 30.
