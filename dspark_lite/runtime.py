@@ -32,12 +32,21 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python, NumPy and torch; return a torch.Generator seeded the same way."""
+def seed_everything(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """Seed Python, NumPy and torch; return a torch.Generator on `device` seeded the same way
+    (`device_generator`)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    return torch.Generator().manual_seed(seed)
+    return device_generator(seed, device)
+
+
+def device_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch.Generator seeded with `seed` that draws on `device` (chapter 00). Sampling with it
+    draws where the probabilities already are: on a GPU nothing is copied to the CPU and back for a
+    draw. A CUDA generator's stream differs from the CPU's, so the same seed gives other (equally
+    valid) samples on a GPU; on the CPU the numbers are the ones the book was built with."""
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 @contextmanager
@@ -62,14 +71,28 @@ def progress(iterable: Any = None, **kwargs: Any) -> tqdm:
     return tqdm(iterable, **kwargs)
 
 
-def fast_autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast where the hardware has fast bf16 matmuls (CUDA, or a CPU with AMX); else a no-op.
+def pick_dtype(device: torch.device) -> torch.dtype:
+    """The dtype a model runs in on `device` (chapters 00 and 07), decided in one place by compute
+    capability: bf16 on a GPU of capability 8.0 or newer (Ampere: A100, A10, L4, H100, ...), float32
+    everywhere else. Not fp16 below 8.0: DeepSpec evaluates in bf16 only and Qwen3's activations
+    overflow fp16. Not `torch.cuda.is_bf16_supported()`: it answers True on a T4 (sm 7.5), which has
+    no bf16 tensor cores and only emulates bf16, several times slower."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
+        return torch.bfloat16
+    return torch.float32
 
-    Master weights and the optimiser stay in float32; only the matmuls run in bf16.
-    """
-    amx = device.type == "cpu" and getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    enabled = amx or (device.type == "cuda" and torch.cuda.is_bf16_supported())
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+def bf16_autocast_pays(device: torch.device) -> bool:
+    """Whether `device` has fast bf16 matmuls: a GPU where `pick_dtype` picks bf16, or a CPU with AMX."""
+    if device.type == "cpu":
+        return getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return pick_dtype(device) == torch.bfloat16
+
+
+def fast_autocast(device: torch.device) -> torch.autocast:
+    """bf16 autocast where `bf16_autocast_pays(device)`; else a no-op. Master weights and the
+    optimiser stay in float32; only the matmuls run in bf16."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast_pays(device))
 
 
 def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, schedule, parameters,

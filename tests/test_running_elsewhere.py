@@ -119,3 +119,36 @@ def test_torchrun_shards_pool_to_the_single_process_run(tmp_path: Path) -> None:
     assert two["conditional_acceptance"] == one["conditional_acceptance"]
     assert two["environment"]["prompt_counts"] == one["environment"]["prompt_counts"] == dict.fromkeys(
         two["tau_not_table1"]["dspark"], 2)
+
+
+def test_every_chapter_builds_its_world_on_its_device() -> None:
+    """Issue 31, item 1: a chapter hands DEVICE to `load_toy_world` (the target trains there) and draws
+    its samples from a generator on that device, instead of moving the models after training."""
+    import re
+
+    calls = 0
+    for notebook in CHAPTERS:
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            for call in re.findall(r"load_toy_world\([^)]*\)", cell.source):
+                calls += 1
+                assert "device=device" in call, f"{notebook.name}: {call}"
+            if notebook.stem.startswith("07"):
+                continue  # chapter 07 draws through gpu.py, whose generators are on the world's device
+            for call in re.findall(r"seed_everything\([^)]*\)", cell.source):
+                assert call == "seed_everything(SEED, device)", f"{notebook.name}: {call}"
+    assert calls >= 6  # chapters 01-06b
+
+
+def test_a_cpu_generator_draws_what_the_book_was_built_with() -> None:
+    """Issue 31, item 2: generators now live on the model's device; on the CPU they draw exactly the
+    stream of the plain torch.Generator the book used before, so CPU results do not change."""
+    import torch
+
+    from dspark_lite.runtime import device_generator, seed_everything
+
+    probs = torch.softmax(torch.randn(64, 50, generator=torch.Generator().manual_seed(1)), -1)
+    for make in (lambda: device_generator(7, "cpu"), lambda: seed_everything(7, torch.device("cpu"))):
+        assert torch.equal(torch.multinomial(probs, 3, generator=make()),
+                           torch.multinomial(probs, 3, generator=torch.Generator().manual_seed(7)))

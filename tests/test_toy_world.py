@@ -249,6 +249,40 @@ def test_smoke_world_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert len(list(tmp_path.glob("target-*"))) == 1
     with pytest.raises(ValueError, match="empty"):
         world.encode_prompt("   ")
+    # Issue 31, item 1: a cached target loads onto the device asked for ("meta": no GPU here).
+    elsewhere = load_toy_world("smoke", seed=0, device="meta")
+    assert elsewhere.device.type == "meta" and next(elsewhere.target.parameters()).device.type == "meta"
+    assert next(world.target.parameters()).device.type == "cpu" and world.device.type == "cpu"
+
+
+def test_the_target_trains_on_the_device_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 1: `load_toy_world(device=...)` builds the target there and trains it there (the
+    classic draft model too), not on the CPU with a move afterwards. "meta" stands in for a GPU: the
+    training is stopped as it starts, where the model's device is recorded."""
+    from dspark_lite.harness import target as toy_target, world as toy_world
+
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+
+    class Started(Exception):
+        pass
+
+    seen = []
+
+    def spy(model, *args, **kwargs):
+        seen.append(next(model.parameters()).device.type)
+        raise Started
+
+    monkeypatch.setattr(toy_target, "train_causal_lm", spy)
+    with pytest.raises(Started):
+        load_toy_world("smoke", seed=0, device="meta")
+    assert seen == ["meta"]
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    cpu_world = load_toy_world("smoke", seed=0)
+    monkeypatch.setattr(toy_target, "train_causal_lm", spy)
+    with pytest.raises(Started):
+        toy_world.load_classic_drafter_lm(toy_world.ToyWorld(**{**vars(cpu_world), "device": torch.device("meta")}))
+    assert seen == ["meta", "meta"]
 
 
 def test_latency_curve_covers_every_query_count_and_rejects_bad_input() -> None:

@@ -24,7 +24,7 @@ import transformers
 from transformers import DynamicCache, PreTrainedModel
 
 from ..checks import positive_int
-from ..runtime import model_device, progress
+from ..runtime import device_generator, model_device, progress
 from ..kvcache import cache_kwarg, new_cache, remove_tokens
 from ..scheduler import StepCurve
 from ..speculative import Drafter, target_hidden
@@ -102,7 +102,7 @@ def compare_draft_latency(
     length = ids.shape[0] - 2
     layer_sets = {getattr(d, "target_layer_ids", None) for _, _, d in entries}
     hidden_of = {layers: target_hidden(target, ids, layers) for layers in layer_sets}
-    generator = torch.Generator().manual_seed(seed)
+    generator, order = device_generator(seed, device), torch.Generator().manual_seed(seed)
 
     def time_one(j: int) -> float:
         name, gamma, drafter = entries[j]
@@ -112,7 +112,7 @@ def compare_draft_latency(
         drafter.accept(0, None if hidden is None else hidden[length:length + 1])
         return seconds(lambda: drafter.draft(ids, gamma, 1.0, generator), device)
 
-    medians = interleaved_medians(len(entries), time_one, repeats, warmup, generator, "draft latency vs gamma")
+    medians = interleaved_medians(len(entries), time_one, repeats, warmup, order, "draft latency vs gamma")
     timed = {(name, gamma): m for (name, gamma, _), m in zip(entries, medians)}
     return {name: {gamma: timed[(name, gamma)] for gamma in curve} for name, curve in drafters.items()}
 

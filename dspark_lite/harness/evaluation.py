@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from ..runtime import progress
+from ..runtime import device_generator, model_device, progress
 from ..record import Rounds, conditional_acceptance, prefix_survival, tau
 from ..speculative import Drafter, Rollout, speculative_generate
 
@@ -74,7 +74,7 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
     if min(n_prompts, new_tokens, gamma, samples) < 1:
         raise ValueError(f"need n_prompts, new_tokens, gamma and samples >= 1, got {n_prompts}, {new_tokens}, "
                          f"{gamma}, {samples}")
-    generator = torch.Generator().manual_seed(seed)
+    generator = device_generator(seed, model_device(world.target))
     eos = world.tokenizer.eos_token_id
     prompts = {domain: world.eval_prompts(domain)[:n_prompts] * samples for domain in domains}
     bar = progress(total=sum(len(p) for p in prompts.values()), desc=desc)

@@ -1,7 +1,9 @@
 """The toy world as one object: corpus, tokenizer and trained target, cached (chapter 01).
 
-`load_toy_world(profile)` builds what the artifact cache lacks and loads the rest, so every
-notebook runs standalone and a full book run trains each model once.
+`load_toy_world(profile, device=device)` builds what the artifact cache lacks and loads the rest,
+so every notebook runs standalone and a full book run trains each model once. Models train and
+live on the device they are given (a GPU trains chapter 01's target in a minute or two); the cache
+keys do not name the device, so a model trained on one device loads on any other.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class ToyWorld:
     target: Qwen3ForCausalLM
     history: TrainHistory
     target_dir: Path
+    device: torch.device = torch.device("cpu")
 
     def split(self, split: str, domains: tuple[str, ...] = corpus.DOMAINS) -> datasets.Dataset:
         """A corpus split ("train", "validation", "eval") as a datasets.Dataset."""
@@ -81,9 +84,9 @@ def build_tokenizer(profile: Profile, seed: int, knobs: corpus.CorpusKnobs, corp
 
 
 def _train_lm(folder: Path, cfg: TargetConfig, seed: int, corpus_dir: Path, tok: PreTrainedTokenizerFast,
-              desc: str) -> None:
+              desc: str, device: torch.device) -> None:
     encode = lambda split: target.pack([tok(t)["input_ids"] for t in conversations(corpus_dir, split)], cfg.seq_len)
-    model = target.build_target(cfg, tok, seed=seed)
+    model = target.build_target(cfg, tok, seed=seed).to(device)
     history = target.train_causal_lm(model, encode("train"), encode("validation"), cfg, seed=seed, desc=desc,
                                      checkpoint=Checkpointer(folder))
     with quiet_hub_bars():
@@ -92,38 +95,43 @@ def _train_lm(folder: Path, cfg: TargetConfig, seed: int, corpus_dir: Path, tok:
     (folder / "history.json").write_text(json.dumps(asdict(history)))
 
 
-def _load_lm(folder: Path) -> tuple[Qwen3ForCausalLM, TrainHistory]:
+def _load_lm(folder: Path, device: torch.device) -> tuple[Qwen3ForCausalLM, TrainHistory]:
     with quiet_hub_bars():
         model = Qwen3ForCausalLM.from_pretrained(str(folder), attn_implementation="sdpa")
-    model.eval()
+    model.to(device).eval()
     history = TrainHistory(**json.loads((folder / "history.json").read_text()))
     return model, history
 
 
-def load_toy_world(profile: str | Profile = "full", seed: int = 0, knobs: corpus.CorpusKnobs | None = None) -> ToyWorld:
-    """Build (or load from the cache) the corpus, tokenizer and trained target of a profile."""
+def load_toy_world(profile: str | Profile = "full", seed: int = 0, knobs: corpus.CorpusKnobs | None = None,
+                   device: torch.device | str = "cpu") -> ToyWorld:
+    """Build (or load from the cache) the corpus, tokenizer and trained target of a profile; the
+    target trains on (or is loaded onto) `device`."""
     profile = get_profile(profile) if isinstance(profile, str) else profile
     knobs = knobs or corpus.CorpusKnobs()
+    device = torch.device(device)
     corpus_dir = build_corpus(profile, seed, knobs)
     tok = build_tokenizer(profile, seed, knobs, corpus_dir)
-    model, history, folder = _cached_lm("target", profile.target, profile, seed, knobs, corpus_dir, tok)
-    return ToyWorld(profile, seed, knobs, corpus_dir, tok, model, history, folder)
+    model, history, folder = _cached_lm("target", profile.target, profile, seed, knobs, corpus_dir, tok, device)
+    return ToyWorld(profile, seed, knobs, corpus_dir, tok, model, history, folder, device)
 
 
 def _cached_lm(kind: str, cfg: TargetConfig, profile: Profile, seed: int, knobs: corpus.CorpusKnobs,
-               corpus_dir: Path, tok: PreTrainedTokenizerFast) -> tuple[Qwen3ForCausalLM, TrainHistory, Path]:
+               corpus_dir: Path, tok: PreTrainedTokenizerFast, device: torch.device
+               ) -> tuple[Qwen3ForCausalLM, TrainHistory, Path]:
     config = {**_corpus_config(profile, seed, knobs), kind: asdict(cfg)}
 
     def load(folder: Path):
-        return (*_load_lm(folder), folder)
+        return (*_load_lm(folder, device), folder)
 
     return cache.load_or_build(
-        kind, config, build=lambda folder: _train_lm(folder, cfg, seed, corpus_dir, tok, f"train {kind}"),
+        kind, config, build=lambda folder: _train_lm(folder, cfg, seed, corpus_dir, tok, f"train {kind}", device),
         load=load)
 
 
 def load_classic_drafter_lm(world: ToyWorld) -> tuple[Qwen3ForCausalLM, TrainHistory]:
-    """The 2023-style draft model: a small Qwen3 LM trained on the same corpus (chapter 02, cached)."""
+    """The 2023-style draft model: a small Qwen3 LM trained on the same corpus, on the world's device
+    (chapter 02, cached)."""
     model, history, _ = _cached_lm("draft_lm", world.profile.draft_lm, world.profile, world.seed, world.knobs,
-                                   world.corpus_dir, world.tokenizer)
+                                   world.corpus_dir, world.tokenizer, world.device)
     return model, history

@@ -23,7 +23,7 @@ from . import cache, evaluation
 from .. import drafters, dspark, training
 from ..record import Rounds
 from ..resume import Checkpointer
-from ..runtime import progress
+from ..runtime import device_generator, model_device, progress
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
 from ..training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
@@ -110,7 +110,7 @@ def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed:
     def build(folder: Path) -> None:
         prompts = list(world.split("train")["prompt"])
         stride = max(1, len(prompts) // recipe.training_replies)
-        generator = torch.Generator().manual_seed(seed)
+        generator = device_generator(seed, model_device(world.target))
         training.generate_training_sequences(
             world.target, world.tokenizer, prompts[::stride][: recipe.training_replies], recipe.reply_tokens,
             temperature=1.0, generator=generator, batch_size=64).save(folder / "replies.pt")
