@@ -63,3 +63,19 @@ def test_fitted_slope_matches_scipy_and_calls_only_clear_trends() -> None:
     assert verdicts.fitted_slope([0.8, None, 0.7, 0.6]).estimate < 0
     with pytest.raises(ValueError, match="3 finite"):
         verdicts.fitted_slope([0.5, None])
+
+
+def test_ratio_interval_calls_a_real_speed_up_and_ties_equal_speeds_at_the_level() -> None:
+    """Chapters 02 and 04's race verdicts: paired speeds, a t interval on the log ratio."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(50, 150, size=12)  # prompts differ a lot; the pairing removes that
+    fast = verdicts.ratio_interval(base * 1.2 * rng.lognormal(0, 0.02, 12), base)
+    assert fast.above_zero and 15 < fast.estimate < 25 and verdicts.compared(fast) == "above"
+    covered = sum(not (i.above_zero or i.below_zero) for i in (
+        verdicts.ratio_interval(base * rng.lognormal(0, 0.05, 12), base) for _ in range(200)))
+    assert 180 <= covered <= 199, covered  # about 95% of equal-speed runs are ties
+    assert verdicts.ratio_interval([2.0, 2.0], [1.0, 1.0]).text() == "+100.00 [+100.00, +100.00]"
+    with pytest.raises(ValueError, match="paired"):
+        verdicts.ratio_interval([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        verdicts.ratio_interval([1.0, 0.0], [1.0, 1.0])
