@@ -9,7 +9,7 @@ import pytest
 from dspark_lite.scheduler import StepCurve, global_search, static_threshold
 from dspark_lite.harness.serving import (
     ordering_agreement, replayed_sweep, resolve_scheduler, sample_block_records, simulate, sla_gain,
-    sweep, versus_best_baseline,
+    lead_with_noise, sweep, versus_best_baseline,
 )
 from dspark_lite.record import Rounds, logit
 
@@ -154,6 +154,19 @@ def test_versus_best_baseline_reads_the_best_baseline_within_noise():
     assert versus_best_baseline(agg, one, ["fixed", "mtp1"]).loc[4, "at least the best, within noise"]
     strict = versus_best_baseline(agg, one, ["fixed", "mtp1"], min_margin=0.0)
     assert not strict.loc[4, "at least the best, within noise"]
+
+
+def test_lead_with_noise_calls_a_tie_only_inside_the_replays_noise():
+    """Chapter 06b's closest baseline: a lead inside two standard errors of the paired per-replay
+    difference is a tie; outside it, not (no fixed margin)."""
+    agg = pd.DataFrame({"scheduler": ["dspark", "fixed"] * 2, "R": [1, 1, 4, 4], "throughput": [10.0, 9.0, 9.95, 10.0]})
+    runs = pd.DataFrame({"scheduler": ["dspark", "fixed"] * 4, "R": [1] * 4 + [4] * 4, "replay": [0, 0, 1, 1] * 2,
+                         "throughput": [10, 9, 10, 9, 9, 10, 10.9, 10]})
+    table = lead_with_noise(agg, runs, "fixed")
+    assert table.loc[1, "lead %"] == pytest.approx(100 / 9) and table.loc[1, "noise %"] == 0 and not table.loc[1, "tie"]
+    assert table.loc[4, "noise %"] == pytest.approx(100 * 2 * np.std([-1, 0.9], ddof=1) / np.sqrt(2) / 10)
+    assert table.loc[4, "tie"]
+    assert np.isnan(lead_with_noise(agg, runs[runs["replay"] == 0], "fixed").loc[4, "noise %"])
 
 
 def test_ordering_agreement_checks_pairs_separated_beyond_the_tie():

@@ -295,6 +295,22 @@ def versus_best_baseline(aggregate: pd.DataFrame, runs: pd.DataFrame, baselines:
     return pd.DataFrame(rows).set_index("R")
 
 
+def lead_with_noise(aggregate: pd.DataFrame, runs: pd.DataFrame, other: str, candidate: str = "dspark") -> pd.DataFrame:
+    """The candidate's lead over `other` at every R, in % of `other`'s throughput, with its noise:
+    two standard errors of the paired per-replay difference (NaN for one replay), and whether the
+    lead lies inside it, a tie (chapter 06b). `aggregate`, `runs`: from `replayed_sweep`."""
+    replays = runs["replay"].nunique()
+    rows = []
+    for R, at in aggregate.groupby("R"):
+        at = at.set_index("scheduler")["throughput"]
+        per = runs[runs["R"] == R].pivot(index="replay", columns="scheduler", values="throughput")
+        noise = 2 * (per[candidate] - per[other]).std(ddof=1) / math.sqrt(replays) if replays > 1 else float("nan")
+        lead = 100 * (at[candidate] / at[other] - 1)
+        rows.append({"R": R, "lead %": lead, "noise %": 100 * noise / at[other],
+                     "tie": bool(abs(lead) <= 100 * noise / at[other])})
+    return pd.DataFrame(rows).set_index("R")
+
+
 def ordering_agreement(table: pd.DataFrame, column: str, reference: str, tie: float) -> pd.DataFrame:
     """Does `column` rank the schedulers the way `reference` does (chapter 06b)? For every R
     and every pair of schedulers (in the table's order) that `reference` separates by more
