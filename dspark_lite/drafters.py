@@ -8,15 +8,19 @@ Two drafters implement the `speculative.Drafter` protocol:
   where p is the anchor's position. Context features H_ctx = RMSNorm(W_c [H(l_1); ...])
   (Eq. 2) are injected into every draft layer as extra keys and values (Eq. 3).
 * `EagleDrafter`, the EAGLE-3 style autoregressive baseline: it fuses the target's features
-  with the embedding of the next token, drafts token by token (gamma passes), feeding its
-  own hidden state back in place of the target's features beyond the anchor.
+  with the embedding of the next token, drafts token by token (up to gamma passes), feeding
+  its own hidden state back in place of the target's features beyond the anchor; given end
+  ids it stops the chain at the first one it drafts, as DeepSpec's Eagle3 evaluator does.
 
 Both share the target's FROZEN embedding and LM head: they hold references to the target's
 modules (not copies), which are neither registered as drafter parameters nor saved in the
 drafter's state_dict. Module names follow DeepSpec (deepseek-ai/DeepSpec,
 deepspec/modeling/dspark/qwen3/modeling.py and deepspec/modeling/eagle3/qwen3/modeling.py)
 so that their released weights load into ours once `embed_tokens.*` and `lm_head.*` (the
-target's copies) are dropped from the checkpoint.
+target's copies) are dropped from the checkpoint. An EagleDrafter built with
+`EagleConfig(own_embeddings=True)` holds its own frozen `embed_tokens` and `lm_head` instead,
+DeepSpec's Qwen3Eagle3Model layout key for key (chapter 07 loads a released Eagle3 that way
+when asked to use the checkpoint's copies).
 
 Training goes through `train_logits(AnchorBatch)` (used by `training.train_drafter`):
 a batch of sequences, their target hidden states and a set of anchor positions per
@@ -35,7 +39,7 @@ from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from .sampling import gumbel_perturbed, probs_from_logits
-from .speculative import Draft
+from .speculative import Draft, end_ids as as_end_ids
 
 KVPair = tuple[Tensor, Tensor]
 
@@ -73,6 +77,9 @@ class EagleConfig:
 
     ttt_length: the training-time-test horizon, gamma steps unrolled during training (the
         drafter can still draft any number of tokens at inference).
+    own_embeddings: hold an own frozen token embedding and full-vocabulary LM head
+        (`embed_tokens`, `lm_head`: copies of the target's at construction, in the state_dict,
+        as in DeepSpec's Qwen3Eagle3Model) instead of sharing the target's (False, the toy world).
     Other fields as in `DFlashConfig`.
     """
 
@@ -83,6 +90,7 @@ class EagleConfig:
     num_heads: int | None = None
     num_kv_heads: int | None = None
     head_dim: int | None = None
+    own_embeddings: bool = False
 
 
 @dataclass
@@ -563,19 +571,63 @@ class EagleDrafter(HiddenStateDrafter):
     Training unrolls `ttt_length` steps the same way (training-time test) with the true
     tokens and the drafter's own hidden states.
 
+    Early stop (`end_ids`, empty by default): the chain stops after the first drafted token
+    that is an end id, which stays in the draft, so a draft may hold fewer than gamma tokens;
+    the engine verifies what was drafted (`speculative.speculative_generate`). That is the
+    chain of DeepSpec's deepspec/eval/eagle3/evaluator.py, `Qwen3Eagle3Evaluator._propose`:
+    `for _ in range(ttt_length)`: logits, sample, append, `if has_stop_token(...): break`.
+    The end ids are the drafter's (set at construction or later through `end_ids`), not passed
+    per call, so the Drafter protocol, every other drafter and the toy chapters are unchanged;
+    a chapter that stops generation at end ids gives the drafter the same ones (DeepSpec uses
+    the target's generation-config end ids for both).
+
     state_dict keys (DeepSpec's Qwen3Eagle3Model): fc, layers.N.{hidden_norm, input_layernorm,
     post_attention_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
-    mlp.{gate,up,down}_proj}, norm.
+    mlp.{gate,up,down}_proj}, norm; with `EagleConfig.own_embeddings` also embed_tokens and
+    lm_head (frozen, full vocabulary).
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: EagleConfig, seed: int = 0) -> None:
+    def __init__(self, target: PreTrainedModel, cfg: EagleConfig, seed: int = 0,
+                 end_ids: int | Sequence[int] | None = None) -> None:
         super().__init__(target, cfg, cfg.ttt_length)
         self.cfg = cfg
         self.layers = nn.ModuleList(EagleDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
+        if cfg.own_embeddings:
+            self.embed_tokens = nn.Embedding(self.vocab_size, self.hidden_size)
+            self.lm_head = nn.Linear(self.hidden_size, self.vocab_size, bias=False)
         self._finish_init(seed)
+        if cfg.own_embeddings:  # copies of the target's, frozen (DeepSpec's trainer freezes them too)
+            with torch.no_grad():
+                self.embed_tokens.weight.copy_(self.shared.embed_tokens.weight)
+                self.lm_head.weight.copy_(self.shared.lm_head.weight)
+            self.embed_tokens.requires_grad_(False)
+            self.lm_head.requires_grad_(False)
+        self.end_ids = end_ids
         self._entry_kv: list[KVPair] | None = None
         self._pending: Tensor | None = None
         self._num_entries = 0
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """The ids that stop a draft's chain (the stopping id is kept); () never stops early."""
+        return self._end_ids
+
+    @end_ids.setter
+    def end_ids(self, ids: int | Sequence[int] | None) -> None:
+        self._end_ids = () if isinstance(ids, (tuple, list)) and not ids else as_end_ids(ids)
+
+    def embed(self, token_ids: Tensor) -> Tensor:
+        """The token embedding in the drafter's dtype: its own with `own_embeddings`, else the target's."""
+        if not self.cfg.own_embeddings:
+            return super().embed(token_ids)
+        return F.embedding(token_ids.to(self.device), self.embed_tokens.weight).to(self.dtype)
+
+    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
+        """Logits of final-normed hidden states: its own LM head with `own_embeddings`, else the target's."""
+        if not self.cfg.own_embeddings:
+            return super().logits_from_hidden(hidden)
+        weight = self.lm_head.weight
+        return F.linear(hidden.to(weight.dtype), weight)
 
     def _run_layers(self, hidden: Tensor, token_ids: Tensor, positions: Tensor, past: list[KVPair] | None,
                     allowed: Tensor | None) -> tuple[Tensor, list[KVPair]]:
@@ -639,7 +691,8 @@ class EagleDrafter(HiddenStateDrafter):
 
     @torch.inference_mode()
     def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
-        """Commit the queued entries, then draft gamma tokens one by one (gamma passes)."""
+        """Commit the queued entries, then draft gamma tokens one by one (gamma passes), or
+        fewer: the chain stops after the first drafted end id (`end_ids`), which it keeps."""
         step_hidden = self._commit_entries(anchor_ids, gamma)
         anchor_position = anchor_ids.shape[0] - 1
         past = self._entry_kv
@@ -648,7 +701,8 @@ class EagleDrafter(HiddenStateDrafter):
             slot = sample_slots(self._logits(step_hidden)[0], temperature, generator)
             tokens.append(slot.tokens[0])
             probs.append(slot.probs[0])
-            if step == gamma:
+            # (one host sync a step, only when there are end ids to stop at)
+            if step == gamma or (self._end_ids and int(slot.tokens[0]) in self._end_ids):
                 break
             position = torch.tensor([[anchor_position - 1 + step]], device=self.device)
             step_hidden, step_kv = self._run_layers(step_hidden, slot.tokens[None], position, past, None)

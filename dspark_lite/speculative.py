@@ -3,7 +3,8 @@
 are read from it there.
 
 One round: the drafter proposes gamma tokens after the anchor (the last token the target
-produced); the target scores anchor + drafts in ONE forward pass on top of its KV cache;
+produced), or fewer when it stops early (an Eagle3 chain at an end id); the target scores
+anchor + drafts in ONE forward pass on top of its KV cache;
 rejection sampling keeps a prefix of the drafts and adds one correction (at the first
 rejection) or bonus (when all are accepted) token. Paper section 2 (Leviathan et al. 2023,
 Chen et al. 2023).
@@ -42,7 +43,9 @@ from .runtime import model_device
 class Draft:
     """One round's proposal (chapter 02).
 
-    tokens: LongTensor [gamma], the proposed tokens x_1..x_gamma after the anchor.
+    tokens: LongTensor [gamma], the proposed tokens x_1..x_gamma after the anchor; `gamma` here
+        is the draft's own length, 1 <= gamma <= the gamma the engine asked for (a drafter
+        may stop early, as an Eagle3 chain does at an end id).
     probs: FloatTensor [gamma, V], the full distribution each token was sampled from, at the
         sampling temperature (float32; at temperature 0 a one-hot or any distribution whose
         argmax is the token: greedy verification only compares tokens).
@@ -81,8 +84,9 @@ class Drafter(Protocol):
     def draft(
         self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None
     ) -> Draft:
-        """Propose `gamma` >= 1 tokens. `anchor_ids` [L] is every token so far (prompt and
-        generated), ending with the anchor."""
+        """Propose `gamma` >= 1 tokens, or fewer (at least 1) when the drafter stops early
+        (e.g. `drafters.EagleDrafter` after drafting an end id). `anchor_ids` [L] is every token
+        so far (prompt and generated), ending with the anchor."""
         ...
 
     def accept(self, n_accepted: int, new_target_hidden: Tensor | None) -> None:
@@ -287,14 +291,19 @@ def speculative_generate(
     Prefill the prompt (logits of its last position only) and sample the first token (the
     first anchor); then per round the drafter proposes gamma tokens, the target scores
     anchor + drafts in one forward on its KV cache, verification accepts a prefix, and the
-    cache is cropped back to the committed positions. Every round proposes gamma drafts, the
+    cache is cropped back to the committed positions. Every round asks for gamma drafts, the
     last one included: it may overshoot, and the output is cut at max_new_tokens, as in
     DeepSpec's evaluation (deepspec/eval/base_evaluator.py, `generate_decoding_sample`; its
     loop, `while start < max_length`, also runs one more round, all of whose tokens are cut,
     when the output lands exactly on max_new_tokens: ours stops there, and counts one round
     fewer). Stops after an end token (kept; `eos_token_id`: one id or
     several) or at max_new_tokens; a round whose accepted drafts hold an end token is counted
-    as DeepSpec counts it (`Rounds.ended_in_draft`). Lossless: the output has the
+    as DeepSpec counts it (`Rounds.ended_in_draft`). A drafter may return fewer than gamma
+    drafts (at least one): an Eagle3 chain stops at an end id. The round verifies what was
+    drafted and records that many as proposed (`Rounds.proposed`), as DeepSpec does
+    (`verify_draft_tokens` scores `draft_token_count + 1` positions; `proposal_lengths`
+    records the count, and its per-position rates count a round at position k only when it
+    proposed more than k drafts). Lossless: the output has the
     target's sampling distribution at `temperature` (its greedy output at 0).
 
     timed: measure the phase seconds (`Rollout.*_seconds`; about six CUDA synchronisations a
@@ -349,8 +358,9 @@ def _speculative_loop(
     while not finished:
         watch.switch("draft")
         draft = drafter.draft(sequence, gamma, temperature, generator)
-        if draft.gamma != gamma:
-            raise ValueError(f"drafter returned {draft.gamma} draft tokens; expected the {gamma} requested")
+        if not 1 <= draft.gamma <= gamma:
+            raise ValueError(f"drafter returned {draft.gamma} draft tokens; expected between 1 and the {gamma} "
+                             "requested (fewer when it stops early, e.g. at an end id)")
         watch.switch("verify")
         block = torch.cat([sequence[-1:], draft.tokens.to(prompt.device)])
         logits, hidden = _target_forward(target, block, cache, layer_ids)
@@ -362,7 +372,9 @@ def _speculative_loop(
         generated += new_tokens
         finished = row[2] or new_tokens[-1] in ends or len(generated) >= max_new_tokens
         if not finished:  # after the last round nothing reads the cache or the drafter again
-            remove_tokens(cache, gamma - n_accepted)
+            # The block held the anchor and draft.gamma drafts (fewer than gamma after an early
+            # stop); keep the anchor and the accepted ones.
+            remove_tokens(cache, draft.gamma - n_accepted)
             watch.switch("draft")
             drafter.accept(n_accepted, None if hidden is None else hidden[: n_accepted + 1])
             watch.switch("overhead")
@@ -386,7 +398,11 @@ def _settle_round(draft: Draft, n_accepted: int, next_token: int,
     """The round's row (proposed, accepted, ended_in_draft, confidence logits) and the tokens it
     emits: the accepted drafts and the correction or bonus token; or, when an end token is
     among the accepted drafts, the drafts up to and including it, with no correction/bonus,
-    and proposed = accepted = their number. That is DeepSpec's accounting:
+    and proposed = accepted = their number. A draft shorter than gamma (an early stop) counts
+    its own length as proposed: DeepSpec's `proposal_lengths` hold `draft_token_count`, and an
+    Eagle3 chain that stopped at an end id has that id last, so when all of it is accepted the
+    round is the ended one above (proposed = accepted = its length), and otherwise an ordinary
+    round with a correction token. That is DeepSpec's accounting:
     deepspec/eval/base_evaluator.py, `verify_draft_tokens` (the `terminated_by_stop_token`
     branch sets accepted_draft_tokens and effective_proposal_length to eos_pos + 1) and
     `generate_decoding_sample` (such a round adds accepted_draft_tokens to acceptance_lengths,

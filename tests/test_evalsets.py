@@ -84,3 +84,38 @@ def test_hub_formats_match_deepspec_turns() -> None:
     assert evalsets.HUB_FORMATS["alpaca"]({"instruction": "Do", "input": ""}) == ["Do"]
     assert evalsets.HUB_FORMATS["alpaca"]({"instruction": "Do", "input": "x"}) == ["Do\n\nInput:\nx"]
     assert evalsets.HUB_FORMATS["mt-bench"]({"prompt": ["a", "b"]}) == ["a", "b"]
+
+
+def test_livecodebench_reads_deepspec_six_files_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 10: LiveCodeBench is rebuilt from the six files DeepSpec's converter names
+    (test.jsonl ... test6.jsonl), in that order; a seventh file on the hub is never read, so the
+    seeded subset stays DeepSpec's."""
+    import huggingface_hub
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    names = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 8)]  # the hub holds a seventh release
+    for i, name in enumerate(names):
+        rows = [{"question_content": f"{name} problem {j}", "starter_code": ""} for j in range(3)]
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    asked: list[str] = []
+
+    def fake_download(repo_id: str, filename: str, repo_type: str | None = None, **kwargs) -> str:
+        assert repo_id == "livecodebench/code_generation_lite" and repo_type == "dataset"
+        asked.append(filename)
+        return str(tmp_path / filename)
+
+    def no_glob(*args, **kwargs):
+        raise AssertionError("datasets.load_dataset with a pattern would read every file the hub holds")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    import datasets
+
+    monkeypatch.setattr(datasets, "load_dataset", no_glob)
+    prompts = evalsets.load_from_hub("livecodebench")
+    assert asked == names[:6] and len(prompts) == 18
+    assert not any("test7.jsonl" in p for p in prompts) and "test.jsonl problem 0" in prompts[0]
+    subset = evalsets.load_from_hub("lcb", count=5, seed=11)
+    expected = list(prompts)
+    random.Random(11).shuffle(expected)
+    assert subset == expected[:5]

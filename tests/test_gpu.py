@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from dspark_lite import runtime
 from dspark_lite.harness import benchmark, evalsets, gpu, results
 from dspark_lite.harness.evaluation import summarize
 from dspark_lite.harness.profiles import get_profile
@@ -44,16 +45,26 @@ def test_smoke_world_goes_through_the_released_layout(tmp_path: Path, monkeypatc
     study = get_profile("smoke").gpu
     world = gpu.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
     assert sorted(p.name for p in (tmp_path / "world" / "dspark_tiny_block7").iterdir()) == ["config.json", "model.safetensors"]
-    assert set(world.drafters) == {"dflash", "dspark"} and world.drafters["dspark"].confidence_head is not None
+    assert set(world.drafters) == {"eagle3", "dflash", "dspark"} and world.drafters["dspark"].confidence_head is not None
+    # issue 31, item 6: the Eagle3 row goes through DeepSpec's Eagle3 layout and stops its chain at the end id
+    assert json.loads((tmp_path / "world" / "eagle3_tiny_ttt7" / "config.json").read_text())["architectures"] == [
+        "Qwen3Eagle3Model"]
+    assert type(world.drafters["eagle3"]).__name__ == "EagleDrafter"
+    assert list(world.drafters["eagle3"].end_ids) == world.eos_token_ids
+    # issue 31, item 11: what the page prints names no temporary folder; the loader's folders stay at hand
+    assert not any(str(tmp_path) in text or "/tmp" in text for text in world.sources.values()), world.sources
+    assert world.paths["dspark"] == tmp_path / "world" / "dspark_tiny_block7"
     ids = encode_prompt(world.tokenizer, "Solve 2 + 2.")
     assert ids.dim() == 1 and ids.numel() > 3
-    run = gpu.run_benchmark(world, "dspark", ["Solve 2 + 2."], study, seed=0)
-    assert 1.0 <= run.acceptance.tau <= study.gamma + 1 and len(run.acceptance.record) == run.acceptance.rounds
+    for kind in world.drafters:
+        run = gpu.run_benchmark(world, kind, ["Solve 2 + 2."], study, seed=0)
+        assert 1.0 <= run.acceptance.tau <= study.gamma + 1 and len(run.acceptance.record) == run.acceptance.rounds
     path = gpu.save_results(world, {"table1": {"dspark": {"gsm8k": run.acceptance.tau}}}, "smoke")
     assert path.parent == tmp_path / "results" and "data/results" not in str(path)
 
 
 def _gpu_record(mode: str, date: str, source: str = "deepspec", tau: float = 6.0) -> dict:
+    """A results file as written before issue 31: every comparable run under "table1"."""
     comparable = mode == "real" and source != "fixture"
     taus = {"dspark": {"gsm8k": tau}}
     return {"provenance": {"date": date}, "results": {
@@ -61,6 +72,69 @@ def _gpu_record(mode: str, date: str, source: str = "deepspec", tau: float = 6.0
                         "comparable_to_paper": comparable, "new_tokens": 256},
         ("table1" if comparable else "tau_not_table1"): taus,
         **({"paper_table1": {"dspark": {"gsm8k": 6.11}}} if comparable else {})}}
+
+
+def _fake_runs(kinds=("dflash",)) -> dict:
+    run = gpu.BenchmarkRun(summarize("x", Rounds.of([7, 7], [3, 5]), 7, 10, keep_record=True),
+                           dict.fromkeys(gpu.PHASES, 0.1))
+    return {kind: {name: run for name in evalsets.TABLE1_ORDER} for kind in kinds}
+
+
+def test_only_the_full_protocol_is_filed_as_table1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 8: a 20-prompt, 256-token run of the released weights is a subset, recorded
+    with its sizes beside the paper's numbers; only DeepSpec's counts at 2048 tokens, T = 1 and
+    gamma 7 on its own files is Table 1."""
+    full, smaller = dict(evalsets.DEEPSPEC_COUNTS), dict.fromkeys(evalsets.TABLE1_ORDER, 20)
+    assert gpu.run_protocol("real", "deepspec", full, 2048, 1.0, 7) == "table1"
+    assert gpu.run_protocol("real", "deepspec", smaller, 256, 1.0, 7) == "subset"
+    assert gpu.run_protocol("real", "deepspec", full, 256, 1.0, 7) == "subset"
+    assert gpu.run_protocol("real", "deepspec", full, 2048, 0.6, 7) == "subset"
+    assert gpu.run_protocol("real", "deepspec", full, 2048, 1.0, 5) == "subset"
+    assert gpu.run_protocol("real", "hub", full, 2048, 1.0, 7) == "subset"
+    assert gpu.run_protocol("real", "fixture", full, 2048, 1.0, 7) is None
+    assert gpu.run_protocol("random-weights", "deepspec", full, 2048, 1.0, 7) is None
+    assert gpu.protocol_differences("real", "deepspec", smaller, 256, 1.0, 7) == [
+        "20 prompts a benchmark on 9 of 9 benchmarks, not DeepSpec's counts", "256 new tokens a prompt, not 2048"]
+    world = gpu.World("real", torch.device("cpu"), torch.bfloat16, None, None, {})
+    study = get_profile("full").gpu
+    payload = gpu.analyze(world, _fake_runs(), study, 0, "deepspec",
+                          {n: ["p"] * 20 for n in evalsets.TABLE1_ORDER}, race=False, profile=False)
+    assert "table1" not in payload and payload["environment"]["protocol"] == "subset"
+    assert payload["subset"]["prompts_per_benchmark"] == smaller and payload["subset"]["new_tokens"] == 256
+    assert payload["subset"]["tau"]["dflash"]["gsm8k"] == pytest.approx(5.0) and "paper_table1" in payload
+    protocol_study = dataclasses.replace(study, new_tokens=2048)
+    payload = gpu.analyze(world, _fake_runs(), protocol_study, 0, "deepspec",
+                          {n: ["p"] * c for n, c in full.items()}, race=False, profile=False)
+    assert "table1" in payload and "subset" not in payload and payload["environment"]["protocol"] == "table1"
+    monkeypatch.setattr(gpu, "gpu_name", lambda device: "NVIDIA L4")
+    cuda = torch.device("cuda:0")
+    assert gpu.results_file("real", cuda, "deepspec", subset=True).name == "qwen3_4b_l4_subset.json"
+    assert gpu.results_file("real", cuda, "deepspec").name == "qwen3_4b_l4.json"
+
+
+def test_results_page_reads_old_and_new_files(tmp_path: Path) -> None:
+    """Issue 31, item 8: an old file that filed a 20-prompt, 256-token run under "table1" reads as a
+    subset; a new subset file and a full Table 1 file read as what they are, Table 1 first."""
+    old = _gpu_record("real", "2026-05-01 10:00 UTC")
+    assert results.gpu_protocol(old) == "subset"
+    (row,) = results.gpu_table1_rows(old)
+    assert row["compared as"] == "subset (20 prompts a benchmark, 256 new tokens)" and row["tau (paper)"] == 6.11
+    new = {"provenance": {"date": "2026-06-01 10:00 UTC"}, "results": {
+        "environment": {"mode": "real", "gpu": "NVIDIA L4", "prompt_counts": {"gsm8k": 20}, "prompt_source": "deepspec",
+                        "comparable_to_paper": True, "protocol": "subset", "new_tokens": 256},
+        "subset": {"tau": {"dspark": {"gsm8k": 5.5}}, "prompts_per_benchmark": {"gsm8k": 20}, "new_tokens": 256},
+        "paper_table1": {"dspark": {"gsm8k": 6.11}}}}
+    (row,) = results.gpu_table1_rows(new)
+    assert row["tau (ours)"] == 5.5 and row["compared as"].startswith("subset") and row["difference %"] < 0
+    full = {"provenance": {"date": "2026-01-01 10:00 UTC"}, "results": {
+        "environment": {"mode": "real", "gpu": "NVIDIA H100", "prompt_counts": dict(evalsets.DEEPSPEC_COUNTS),
+                        "prompt_source": "deepspec", "comparable_to_paper": True, "new_tokens": 2048},
+        "table1": {"dspark": {"gsm8k": 6.0}}, "paper_table1": {"dspark": {"gsm8k": 6.11}}}}
+    assert results.gpu_protocol(full) == "table1" and results.gpu_protocol_label(full) == "Table 1"
+    for name, record in {"qwen3_4b_l4": old, "qwen3_4b_l4_subset": new, "qwen3_4b_h100": full}.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    assert [name for name, _ in results.gpu_results(tmp_path)] == ["qwen3_4b_h100", "qwen3_4b_l4_subset", "qwen3_4b_l4"]
+    assert results.gpu_protocol(_gpu_record("real", "2026-01-01", "fixture")) is None
 
 
 def test_results_page_prefers_real_runs(tmp_path: Path) -> None:
@@ -78,7 +152,7 @@ def test_results_page_prefers_real_runs(tmp_path: Path) -> None:
     assert name == "qwen3_4b_l4"
     (row,) = results.gpu_table1_rows(record)
     assert row["prompts"] == 20 and row["difference %"] == pytest.approx(100 * (6.0 / 6.11 - 1))
-    assert row["kind"] == results.GPU_RUN_KINDS[0]
+    assert row["kind"] == results.GPU_RUN_KINDS[0] and row["compared as"].startswith("subset")
     for other in ("qwen3_4b_l4_fixture", "qwen3_4b_h100_random_weights"):
         (row,) = results.gpu_table1_rows(files[other])
         assert row["tau (paper)"] is None and row["difference %"] is None and row["kind"] != results.GPU_RUN_KINDS[0]
@@ -91,13 +165,17 @@ def test_results_page_prefers_real_runs(tmp_path: Path) -> None:
 
 
 def test_dtype_follows_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 19, item 8: a T4 (sm 7.5) answers is_bf16_supported() == True but gets fp16; sm >= 8.0 gets bf16."""
+    """Issue 19, item 8, and issue 31, items 3 and 7: one rule, by compute capability. A T4 (sm 7.5)
+    answers is_bf16_supported() == True but gets float32 (DeepSpec evaluates in bf16 only and Qwen3
+    overflows fp16), and the toy chapters' training autocast follows the same rule."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     cuda = torch.device("cuda:0")
-    for capability, dtype in (((7, 5), torch.float16), ((7, 0), torch.float16), ((8, 0), torch.bfloat16),
+    for capability, dtype in (((7, 5), torch.float32), ((7, 0), torch.float32), ((8, 0), torch.bfloat16),
                               ((8, 9), torch.bfloat16), ((9, 0), torch.bfloat16)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, c=capability, **k: c)
         assert gpu.pick_dtype(cuda) == dtype, capability
+        assert runtime.pick_dtype(cuda) == dtype, capability
+        assert runtime.bf16_autocast_pays(cuda) == (dtype == torch.bfloat16), capability
 
 
 def test_baseline_samples_at_t1_whatever_the_hub_config_says() -> None:
@@ -155,6 +233,7 @@ def test_real_runs_refuse_the_fixture(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(gpu, "gpu_name", lambda device: "NVIDIA L4")
     world = gpu.World("real", torch.device("cuda:0"), torch.bfloat16, None, None, {})
     assert gpu.result_path(world, "fixture").name == "qwen3_4b_l4_fixture.json"
+    assert gpu.result_path(world, "deepspec", subset=True).name == "qwen3_4b_l4_subset.json"
     assert gpu.result_path(world, "deepspec").name == "qwen3_4b_l4.json"
     run = gpu.BenchmarkRun(summarize("gsm8k", Rounds.of([7], [3]), 7, 4, keep_record=True),
                            dict.fromkeys(gpu.PHASES, 0.0))
@@ -185,6 +264,12 @@ def test_merge_pools_the_ranks_parts() -> None:
     assert full.logits.shape == (3, 7) and full.domains == ["math"]  # full blocks only, labelled by domain
     overheads = gpu.engine_overheads(runs)
     assert overheads.loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 4)
+    timed = json.loads(json.dumps(parts))  # issue 31, item 12: seconds cover only the timed prompts' rounds
+    for p in timed:
+        p["runs"]["dspark"]["gsm8k"]["timed_rounds"] = 1
+    sampled = gpu.merge_parts(timed, gamma=7)
+    assert sampled["dspark"]["gsm8k"].rounds_timed == 2 and sampled["dspark"]["gsm8k"].acceptance.rounds == 4
+    assert gpu.engine_overheads(sampled).loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 2)
     with pytest.raises(ValueError, match="one part per rank"):
         gpu.merge_parts(parts[:1], gamma=7)
     with pytest.raises(ValueError, match="one part per rank"):
@@ -199,12 +284,17 @@ def test_memory_table_and_profile_sizes_from_the_configs() -> None:
     folders = {k: gpu.QWEN3_4B / Path(v).name for k, v in gpu.DRAFTER_IDS.items()}
     table = gpu.memory_table(config, folders, torch.bfloat16, 2048).set_index("part")
     assert 4.0 < table["parameters (B)"].iloc[0] < 4.03  # Qwen3-4B: 4.02B with the tied embedding once
-    dflash, dspark = table["parameters (B)"].iloc[1:3]
+    eagle3, dflash, dspark = table["parameters (B)"].iloc[1:4]
     assert 0.61 < dspark < 0.62, dspark  # of its 1.39B, 0.78B are the embedding / LM-head copies it shares
     markov_and_confidence = 2 * 151936 * 256 + (2560 + 256 + 1)
     assert (dspark - dflash) * 1e9 == pytest.approx(markov_and_confidence, abs=1)
+    # Eagle3: fc over five layers, one layer whose q/k/v read [embedding; feature] (2 x 2560), three norms, norm
+    hidden, heads, kv, mlp = 2560, 32 * 128, 8 * 128, 9728
+    layer = 2 * hidden * (heads + 2 * kv) + heads * hidden + 2 * 128 + 3 * hidden * mlp + 3 * hidden
+    assert eagle3 * 1e9 == pytest.approx(5 * hidden * hidden + layer + hidden, abs=1)
     assert gpu.kv_bytes_per_token(config, 2) == 2 * 36 * 8 * 128 * 2
-    assert table["GiB"].iloc[3] == pytest.approx(2 * 36 * 8 * 128 * 2 * 2048 / 2**30)
+    assert table["GiB"].iloc[4] == pytest.approx(2 * 36 * 8 * 128 * 2 * 2048 / 2**30)
+    assert gpu.memory_display(table.reset_index()).iloc[4, 0] == "n/a"  # issue 31, item 11: no NaN on the page
     need = [gpu.profile_step_bytes(config, R, 7, 256, 2) for R in (1, 8, 64)]
     assert need[0] < need[1] < need[2]
     free = need[1] / 0.6 + 1

@@ -92,11 +92,12 @@ def test_headless_smoke_run_writes_the_whole_measurement(tmp_path: Path) -> None
     env = found["environment"]
     assert env["mode"] == "smoke" and env["prompt_source"] == "fixture" and env["comparable_to_paper"] is False
     assert env["new_tokens"] == 24 and "table1" not in found and "paper_table1" not in found
-    assert set(found["tau_not_table1"]) == {"dflash", "dspark"} and len(found["tau_not_table1"]["dspark"]) == 9
+    assert set(found["tau_not_table1"]) == {"eagle3", "dflash", "dspark"} and len(found["tau_not_table1"]["dspark"]) == 9
     for key in ("conditional_acceptance", "ece_sts", "engine_overheads", "wall_clock_tokens_per_s", "step_curves",
                 "simulator_throughput", "peak_memory_gib", "headless"):
         assert key in found, key
     assert found["engine_overheads"]["dspark"]["verify ms/round"] > 0
+    assert found["engine_overheads"]["eagle3"]["verify ms/round"] > 0  # issue 31, item 6: the Eagle3 row measured
     assert found["peak_memory_gib"] is None  # a CPU run
 
 

@@ -246,6 +246,42 @@ def test_greedy_speculation_reproduces_target(target, close_drafter, gamma):
     assert accepted_any, "the close drafter should get some drafts accepted"
 
 
+class EarlyStopDrafter(ModelDrafter):
+    """A ModelDrafter whose chain stops after the first drafted token in `stop_ids` (kept), as
+    DeepSpec's Eagle3 chain stops at an end id: its drafts may be shorter than gamma. The cut
+    is made after sampling all gamma tokens; the tokens kept have the same law as a chain that
+    stopped there (later samples never change earlier ones). `lengths` records every draft's."""
+
+    def __init__(self, model, stop_ids) -> None:
+        super().__init__(model)
+        self.stop_ids, self.lengths = set(stop_ids), []
+
+    def draft(self, anchor_ids, gamma, temperature, generator):
+        draft = super().draft(anchor_ids, gamma, temperature, generator)
+        tokens = draft.tokens.tolist()
+        cut = next((i + 1 for i, token in enumerate(tokens) if token in self.stop_ids), len(tokens))
+        self.lengths.append(cut)
+        return Draft(draft.tokens[:cut], draft.probs[:cut])
+
+
+@pytest.mark.parametrize("gamma", [2, 5])
+def test_greedy_speculation_reproduces_target_with_early_stopping_drafts(target, close_drafter, gamma):
+    """Issue 31, item 6: drafts shorter than gamma (the chain stopped at an id that does not end
+    generation) are verified as drafted, the target's cache is cropped by the draft's own length,
+    and the output is still the target's greedy output; each round records its draft's length."""
+    accepted_short = False
+    for prompt, max_new_tokens in zip(PROMPTS, [20, 33, 40]):
+        prompt = torch.tensor(prompt)
+        expected = autoregressive_generate(target, prompt, max_new_tokens, 0.0, None)
+        drafter = EarlyStopDrafter(close_drafter, stop_ids=range(0, 16, 3))
+        rollout = speculative_generate(target, drafter, prompt, max_new_tokens, gamma, 0.0, None)
+        assert torch.equal(rollout.tokens, expected)
+        assert rollout.rounds.proposed.tolist() == drafter.lengths
+        short = rollout.rounds.proposed < gamma
+        accepted_short |= bool((rollout.rounds.accepted[short] > 0).any())
+    assert accepted_short, "the test needs short drafts with accepted tokens (the cache crop depends on them)"
+
+
 @pytest.mark.parametrize("temperature", [0.0, TEMPERATURE])
 def test_target_as_its_own_drafter_accepts_everything(target, temperature):
     """Drafting with the target itself: every proposed token survives, so tau = gamma + 1
@@ -482,16 +518,19 @@ def empirical_tv_bound(exact: np.ndarray, samples: int) -> float:
 SPECULATIVE_RUNS = 1000
 
 
-def test_speculative_sampling_matches_target_distribution(target, close_drafter):
+@pytest.mark.parametrize("early_stop", [False, True], ids=["gamma_drafts", "early_stops"])
+def test_speculative_sampling_matches_target_distribution(target, close_drafter, early_stop):
     """All four tokens of max_new_tokens=4 rollouts at temperature 0.8 with gamma = 2
     (token 1 from the prefill; tokens 2-4 from one block, or two or three rounds after
     rejections: accepted drafts, corrections, bonus tokens, a last round cut at 4 tokens)
-    match the exact joint distribution of the target; so does plain batched sampling."""
+    match the exact joint distribution of the target; so does plain batched sampling. With
+    early stops (issue 31, item 6), a draft ends at its first token in a stop set, so rounds
+    propose 1 or 2 drafts depending on what was drafted: still lossless."""
     prompt, length = torch.tensor(PROMPTS[0]), 4
     vocab = target.config.vocab_size
     exact = exact_joint(target, prompt, TEMPERATURE, length).numpy()
     generator = torch.Generator().manual_seed(7)
-    drafter = ModelDrafter(close_drafter)
+    drafter = EarlyStopDrafter(close_drafter, range(0, 16, 3)) if early_stop else ModelDrafter(close_drafter)
     tokens, rounds = [], []
     for _ in range(SPECULATIVE_RUNS):
         rollout = speculative_generate(target, drafter, prompt, length, 2, TEMPERATURE, generator)
@@ -500,9 +539,14 @@ def test_speculative_sampling_matches_target_distribution(target, close_drafter)
     rounds = Rounds.concat(rounds)
     speculative_counts = counts_of(sequence_codes(torch.stack(tokens), vocab), vocab**length)
     assert 0.2 < prefix_survival(rounds)[0] < 0.95, "the test needs both acceptances and rejections"
+    if early_stop:
+        short = rounds.proposed == 1
+        assert 0.1 < short.mean() < 0.9 and bool((rounds.accepted[short] == 1).any()), "the test needs short drafts"
     assert chi_square_p_value(speculative_counts, exact) > SIGNIFICANCE
     tv = 0.5 * np.abs(speculative_counts / SPECULATIVE_RUNS - exact).sum()
     assert tv < empirical_tv_bound(exact, SPECULATIVE_RUNS)
+    if early_stop:
+        return
 
     plain = autoregressive_generate(target, prompt.expand(20_000, -1), length, TEMPERATURE, generator)
     assert chi_square_p_value(counts_of(sequence_codes(plain, vocab), vocab**length), exact) > SIGNIFICANCE

@@ -35,7 +35,7 @@ class Benchmark:
     domain: str
     column: str
     default_count: int
-    hub: tuple[str, str | None, str]  # (dataset or "json:<hf:// path>", config, split)
+    hub: tuple[str, str | None, str]  # (dataset, "json:<hf:// path>" or "files:<dataset>" (HUB_FILES), config, split)
 
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
@@ -44,13 +44,19 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
     Benchmark("aime25", "math", "AIME25", 30, ("MathArena/aime_2025", None, "train")),
     Benchmark("mbpp", "code", "MBPP", 256, ("google-research-datasets/mbpp", "sanitized", "test")),
     Benchmark("humaneval", "code", "HumanEval", 164, ("openai/openai_humaneval", None, "test")),
-    Benchmark("livecodebench", "code", "LCB", 500,
-              ("json:hf://datasets/livecodebench/code_generation_lite/test*.jsonl", None, "train")),
+    Benchmark("livecodebench", "code", "LCB", 500, ("files:livecodebench/code_generation_lite", None, "test")),
     Benchmark("mt-bench", "chat", "MT-Bench", 80, ("HuggingFaceH4/mt_bench_prompts", None, "train")),
     Benchmark("alpaca", "chat", "Alpaca", 500, ("tatsu-lab/alpaca", None, "train")),
     Benchmark("arena-hard-v2", "chat", "Arena-Hard", 500,
               ("json:hf://datasets/lmarena-ai/arena-hard-auto/data/arena-hard-v2.0/question.jsonl", None, "train")),
 )}
+# Hub datasets read file by file, in this order, as DeepSpec's converter reads them (its DatasetSpec
+# `jsonl_files`, read with hf_hub_download in eval_datasets/convert_eval_datasets_to_jsonl.py of
+# deepseek-ai/DeepSpec, commit afdfa7c): the six LiveCodeBench releases by name, never a glob,
+# so a seventh file added on the hub does not change the rows, nor the seeded subset drawn from them.
+HUB_FILES: dict[str, tuple[str, ...]] = {
+    "livecodebench": ("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"),
+}
 TABLE1_ORDER: tuple[str, ...] = tuple(BENCHMARKS)
 DEEPSPEC_COUNTS: dict[str, int] = {b.name: b.default_count for b in BENCHMARKS.values()}
 ALIASES = {"arena-hard": "arena-hard-v2", "math": "math500", "lcb": "livecodebench", "mtbench": "mt-bench"}
@@ -195,11 +201,24 @@ def load_from_hub(name: str, count: int | None = None, seed: int = DEEPSPEC_SEED
     if hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip() in ("1", "true", "yes", "on"):
         raise FileNotFoundError(f"the hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE): {key} is not downloaded; "
                                 "pass a local folder (a clone of deepseek-ai/DeepSpec) to load_benchmark instead")
+    source, config, split = BENCHMARKS[key].hub
+    if source.startswith("files:"):
+        rows = [row for name in HUB_FILES[key] for row in hub_jsonl_rows(source[len("files:"):], name)]
+        return select_prompts([HUB_FORMATS[key](row) for row in rows], count, seed)
     import datasets
 
-    source, config, split = BENCHMARKS[key].hub
     if source.startswith("json:"):
         rows = datasets.load_dataset("json", data_files=source[len("json:"):], split=split)
     else:
         rows = datasets.load_dataset(source, config, split=split)
     return select_prompts([HUB_FORMATS[key](dict(row)) for row in rows], count, seed)
+
+
+def hub_jsonl_rows(dataset: str, filename: str) -> list[dict]:
+    """The rows of one JSONL file of a hub dataset, in file order (chapter 07): the file is fetched
+    with `huggingface_hub.hf_hub_download`, as DeepSpec's converter fetches it (online only)."""
+    from huggingface_hub import hf_hub_download
+
+    path = Path(hf_hub_download(dataset, filename=filename, repo_type="dataset"))
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

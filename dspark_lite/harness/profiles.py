@@ -226,6 +226,7 @@ class GpuStudy:
     tiny_heads: int
     tiny_draft_layers: int
     tiny_markov_rank: int
+    timed_prompts: int = 4  # per benchmark and drafter: a seeded sample generated with the phase stopwatch on
 
 
 @dataclass(frozen=True)

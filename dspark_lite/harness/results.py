@@ -215,8 +215,9 @@ def headline_rows(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-# Chapter 07's GPU runs: data/results/qwen3_4b_<gpu>.json (real weights on DeepSpec's prompts),
-# ..._fixture.json (real weights on the book's fixture prompts) and ..._random_weights.json.
+# Chapter 07's GPU runs: data/results/qwen3_4b_<gpu>.json (real weights, DeepSpec's full protocol),
+# ..._subset.json (real weights on DeepSpec's prompts at smaller sizes), ..._fixture.json (real
+# weights on the book's fixture prompts) and ..._random_weights.json.
 GPU_RESULT_GLOB = "qwen3_4b_*.json"
 # What a chapter-07 run is, best first: the results page shows the best kind there is.
 GPU_RUN_KINDS: tuple[str, ...] = ("real weights, DeepSpec's prompts", "real weights, fixture prompts (not Table 1)",
@@ -234,14 +235,52 @@ def gpu_run_kind(record: dict[str, Any]) -> str:
     return GPU_RUN_KINDS[2] if mode == "random-weights" else GPU_RUN_KINDS[3]
 
 
+def gpu_protocol(record: dict[str, Any]) -> str | None:
+    """Under which protocol a chapter-07 result's tau stands beside the paper's (chapter 07):
+    "table1" only for a run of DeepSpec's full protocol (its prompt counts per benchmark, 2048 new
+    tokens, T = 1, gamma 7, real weights, DeepSpec's files), "subset" for real weights on DeepSpec's
+    prompts at other sizes, None for any other run. Files written before the "subset" key existed
+    kept every comparable run under "table1": their environment decides."""
+    from .evalsets import DEEPSPEC_COUNTS
+
+    results = record.get("results", {})
+    if gpu_run_kind(record) != GPU_RUN_KINDS[0]:
+        return None
+    if "subset" in results:
+        return "subset"
+    env = results.get("environment", {})
+    if env.get("protocol") in ("table1", "subset"):
+        return env["protocol"]
+    full = (env.get("prompt_counts") == DEEPSPEC_COUNTS and env.get("new_tokens") == 2048
+            and env.get("prompt_source", "deepspec") == "deepspec" and env.get("temperature", 1.0) == 1.0
+            and env.get("gamma", 7) == 7)
+    return "table1" if full else "subset"
+
+
+def gpu_protocol_label(record: dict[str, Any]) -> str:
+    """How the results page names a run's comparison with the paper: "Table 1", "subset (20 prompts
+    a benchmark, 256 new tokens)", or "not compared" (chapter 07)."""
+    protocol = gpu_protocol(record)
+    if protocol is None:
+        return "not compared"
+    if protocol == "table1":
+        return "Table 1"
+    env = record.get("results", {}).get("environment", {})
+    sizes = sorted({int(v) for v in (env.get("prompt_counts") or {}).values()})
+    prompts = "-".join(map(str, sizes[::max(1, len(sizes) - 1)])) or "?"
+    return f"subset ({prompts} prompts a benchmark, {env.get('new_tokens', '?')} new tokens)"
+
+
 def gpu_results(folder: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
     """Every chapter-07 result in `folder` (default data/results/) as (file stem, record), best
-    first: real runs on DeepSpec's prompts, then real runs on the fixture, then random weights; the
-    newest first within a kind (chapter 07). A later random-weights run never hides a real one."""
+    first: real runs on DeepSpec's prompts (those of the full protocol before subsets), then real
+    runs on the fixture, then random weights; the newest first within a kind (chapter 07). A later
+    random-weights run never hides a real one, nor a later subset a full Table 1 run."""
     folder = Path(folder) if folder is not None else committed_results_dir()
     found = [(p.stem, json.loads(p.read_text())) for p in sorted(folder.glob(GPU_RESULT_GLOB))] if folder.exists() else []
     newest_first = sorted(found, key=lambda item: (item[1].get("provenance", {}).get("date", ""), item[0]), reverse=True)
-    return sorted(newest_first, key=lambda item: GPU_RUN_KINDS.index(gpu_run_kind(item[1])))
+    return sorted(newest_first, key=lambda item: (GPU_RUN_KINDS.index(gpu_run_kind(item[1])),
+                                                  gpu_protocol(item[1]) == "subset"))
 
 
 def best_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | None:
@@ -253,12 +292,18 @@ def best_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | 
 def gpu_table1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (drafter, benchmark) of a chapter-07 result: our tau, and the paper's with the
     relative difference in % only for a run of real weights on DeepSpec's prompts (None otherwise),
-    with the kind of run, the GPU and the prompt count (chapter 07)."""
+    with the kind of run, what the comparison is ("Table 1", or "subset (...)" with its sizes: see
+    `gpu_protocol_label`), the GPU and the prompt count (chapter 07). Reads files written before and
+    after the "subset" key."""
     results = record.get("results", {})
     env = results.get("environment", {})
     kind = gpu_run_kind(record)
     comparable = kind == GPU_RUN_KINDS[0]
-    taus = results.get("table1") if comparable else results.get("tau_not_table1", results.get("table1", {}))
+    if "subset" in results:
+        taus = results["subset"].get("tau", {})
+    else:
+        taus = results.get("table1") if comparable else results.get("tau_not_table1", results.get("table1", {}))
+    compared_as = gpu_protocol_label(record)
     rows = []
     for drafter, by_bench in (taus or {}).items():
         paper = results.get("paper_table1", {}).get(drafter, {}) if comparable else {}
@@ -266,7 +311,7 @@ def gpu_table1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
             ref = paper.get(bench)
             rows.append({"drafter": drafter, "benchmark": bench, "tau (ours)": tau, "tau (paper)": ref,
                          "difference %": None if tau is None or not ref else 100 * (tau / ref - 1),
-                         "kind": kind, "gpu": env.get("gpu", ""), "new tokens": env.get("new_tokens"),
+                         "compared as": compared_as, "kind": kind, "gpu": env.get("gpu", ""), "new tokens": env.get("new_tokens"),
                          "prompts": env.get("prompt_counts", {}).get(bench)})
     return rows
 
