@@ -253,3 +253,14 @@ def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSp
     assert all(p.device.type == "cpu" for p in loaded.parameters())
     for (k1, v1), (k2, v2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2), k1
+
+
+def test_a_file_without_the_targets_copies_loads_with_the_shared_check_on(saved, target, recwarn) -> None:
+    """Issue 31, item 9: a released file written without embed_tokens / lm_head (the loader never reads
+    them) loads, with `check_shared` on, to the same drafter; there is nothing to compare, so no warning."""
+    drafter, folder = saved
+    _rewrite(folder, lambda tensors: [tensors.pop(key) for key in checkpoints.SHARED_KEYS])
+    assert not set(checkpoints.SHARED_KEYS) & set(checkpoints.checkpoint_shapes(folder))
+    loaded = checkpoints.load_released(folder, target, check_shared=True)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), drafter.state_dict().values()))
+    assert not [w for w in recwarn if "differs from the target" in str(w.message)]
