@@ -419,6 +419,7 @@ SCHEDULERS: dict[str, Scheduler] = {
     "global_search": global_search,
     "fixed": fixed_length(),
     "mtp1": mtp1,
+    "none": fixed_length(0),  # no speculation: every request sends its anchor only (plain decoding)
 }
 
 

@@ -157,8 +157,6 @@ def parse_released_config(raw: Mapping[str, Any], where: str = "config.json") ->
     if rank > 0 and head_type is None:
         raise CheckpointError(f"{where}: markov_rank {rank} but no markov_head_type")
     enabled = bool(raw.get("enable_confidence_head", False))
-    hidden = int(_field(raw, "hidden_size", where))
-    heads = int(_field(raw, "num_attention_heads", where))
     return ReleasedConfig(
         block_size=int(_field(raw, "block_size", where)),
         num_draft_layers=int(_field(raw, "num_hidden_layers", where)),
@@ -168,26 +166,38 @@ def parse_released_config(raw: Mapping[str, Any], where: str = "config.json") ->
         confidence_head=enabled,
         confidence_head_with_markov=bool(raw["confidence_head_with_markov"]) if enabled and
         "confidence_head_with_markov" in raw else None,
-        vocab_size=int(_field(raw, "vocab_size", where)), hidden_size=hidden,
+        **_layer_shape(raw, _field, where),
+    )
+
+
+def _config_json(folder: str | Path, what: str = "released drafter") -> tuple[dict[str, Any], str]:
+    """`folder`/config.json as a dict, and its path for messages; clear errors when absent or not JSON."""
+    path = Path(folder) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {CONFIG_FILE} in {folder}; expected a {what} folder ({CONFIG_FILE} and {WEIGHTS_FILE})")
+    try:
+        return json.loads(path.read_text()), str(path)
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
+
+
+def _layer_shape(raw: Mapping[str, Any], field: Any, where: str) -> dict[str, Any]:
+    """The draft layers' shape and the target's, as both released configs spell them (`field`
+    reads a required one with that config kind's error)."""
+    hidden = int(field(raw, "hidden_size", where))
+    heads = int(field(raw, "num_attention_heads", where))
+    return dict(
+        vocab_size=int(field(raw, "vocab_size", where)), hidden_size=hidden,
         num_target_layers=int(raw["num_target_layers"]) if raw.get("num_target_layers") is not None else None,
-        intermediate_size=int(_field(raw, "intermediate_size", where)), num_attention_heads=heads,
+        intermediate_size=int(field(raw, "intermediate_size", where)), num_attention_heads=heads,
         num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
         head_dim=int(raw.get("head_dim") or hidden // heads),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=_rope_theta(raw),
-    )
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=_rope_theta(raw))
 
 
 def read_released_config(folder: str | Path) -> ReleasedConfig:
     """parse_released_config of `folder`/config.json (chapter 07)."""
-    path = Path(folder) / CONFIG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {CONFIG_FILE} in {folder}; expected a released drafter folder "
-                                f"({CONFIG_FILE} and {WEIGHTS_FILE})")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
-    return parse_released_config(raw, str(path))
+    return parse_released_config(*_config_json(folder))
 
 
 def _target_dict(target_config: PretrainedConfig) -> dict[str, Any]:
@@ -648,32 +658,17 @@ def parse_eagle3_config(raw: Mapping[str, Any], where: str = "config.json") -> R
     if layers != 1:
         raise CheckpointError(f"{where}: {layers} draft layers; DeepSpec's Eagle3 evaluator runs only one "
                               "(deepspec/eval/eagle3/evaluator.py requires draft_num_hidden_layers == 1)")
-    hidden = int(_eagle3_field(raw, "hidden_size", where))
-    heads = int(_eagle3_field(raw, "num_attention_heads", where))
     decay = raw.get("step_loss_decay")
     return ReleasedEagle3Config(
         architecture=str(arch[0]), target_layer_ids=tuple(int(i) for i in layer_ids), ttt_length=ttt_length,
         num_draft_layers=layers, step_loss_decay=None if decay is None else float(decay),
-        vocab_size=int(_eagle3_field(raw, "vocab_size", where)), hidden_size=hidden,
-        num_target_layers=int(raw["num_target_layers"]) if raw.get("num_target_layers") is not None else None,
-        intermediate_size=int(_eagle3_field(raw, "intermediate_size", where)), num_attention_heads=heads,
-        num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
-        head_dim=int(raw.get("head_dim") or hidden // heads),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=_rope_theta(raw),
+        **_layer_shape(raw, _eagle3_field, where),
     )
 
 
 def read_eagle3_config(folder: str | Path) -> ReleasedEagle3Config:
     """parse_eagle3_config of `folder`/config.json (chapter 07)."""
-    path = Path(folder) / CONFIG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {CONFIG_FILE} in {folder}; expected a released Eagle3 drafter folder "
-                                f"({CONFIG_FILE} and {WEIGHTS_FILE})")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path} is not valid JSON: {error}") from None
-    return parse_eagle3_config(raw, str(path))
+    return parse_eagle3_config(*_config_json(folder, "released Eagle3 drafter"))
 
 
 def eagle3_drafter_config(released: ReleasedEagle3Config, target_config: PretrainedConfig,
