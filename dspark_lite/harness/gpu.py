@@ -64,7 +64,7 @@ from ..dspark import DSparkConfig, DSparkDrafter
 from .evaluation import DomainAcceptance, summarize, summarize_rollouts
 from .profiles import GpuStudy, get_profile
 from .results import REPO, committed_results_dir, results_dir, write_result
-from ..runtime import pick_dtype, progress, quiet_hub_bars
+from ..runtime import device_generator, pick_dtype, progress, quiet_hub_bars
 from ..record import Rounds, sigmoid
 from ..speculative import speculative_generate
 from ..training import encode_prompt
@@ -465,7 +465,7 @@ def generate_one(world: World, kind: str, ids: torch.Tensor, study: GpuStudy, se
     """One speculative generation of prompt `ids` with drafter `kind`, its sampling seeded with
     `seed` (DeepSpec seeds each prompt with seed + its index, so a sharded run draws what a
     single run draws), stopping on any end id; phase seconds when `timed` (chapter 07)."""
-    generator = torch.Generator(device=world.device).manual_seed(seed)
+    generator = device_generator(seed, world.device)
     return speculative_generate(world.target, world.drafters[kind], ids, study.new_tokens, study.gamma,
                                 study.temperature, generator, world.eos_token_ids or None, timed=timed)
 
@@ -719,7 +719,7 @@ def hf_generate(target: PreTrainedModel, max_new_tokens: int, temperature: float
 def wall_clock(world: World, prompts: Sequence[str], study: GpuStudy, seed: int = 0) -> pd.DataFrame:
     """Tokens/s of target-only decoding (transformers `generate` and our loop) against our engine
     with each drafter, on the same prompts in the same run (chapter 07); median of repeats."""
-    generator = torch.Generator(device=world.device).manual_seed(seed)
+    generator = device_generator(seed, world.device)
     eos, pad = world.eos_token_ids or None, world.tokenizer.pad_token_id
     decoders = {"target only: transformers generate": hf_generate(world.target, study.race_new_tokens,
                                                                    study.temperature, eos, pad),
