@@ -79,3 +79,16 @@ def test_ratio_interval_calls_a_real_speed_up_and_ties_equal_speeds_at_the_level
         verdicts.ratio_interval([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="positive"):
         verdicts.ratio_interval([1.0, 0.0], [1.0, 1.0])
+
+
+def test_word_list_and_domains_phrase() -> None:
+    """The one wording of lists in the chapters' sentences (moved out of chapters 03 and 04)."""
+    assert verdicts.word_list([]) == ""
+    assert verdicts.word_list(["math"]) == "math"
+    assert verdicts.word_list(["math", "code"]) == "math and code"
+    assert verdicts.word_list(x for x in ("math", "code", "chat")) == "math, code and chat"
+    every = ("math", "code", "chat")
+    assert verdicts.domains_phrase(["math", "code", "chat"], every) == "every domain"
+    assert verdicts.domains_phrase(["math", "chat"], every) == "math and chat only"
+    assert verdicts.domains_phrase(["code"], every) == "code only"
+    assert verdicts.domains_phrase([], every) == "no domain"

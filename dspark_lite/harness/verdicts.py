@@ -115,6 +115,24 @@ def compared(interval: Interval, above: str = "above", below: str = "below", tie
     return tie
 
 
+def word_list(items) -> str:
+    """Items as prose: 'a', 'a and b', 'a, b and c' ('' for none); the chapters' sentences name
+    domains and drafters with it (chapters 03-04)."""
+    items = [str(item) for item in items]
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def domains_phrase(domains, every) -> str:
+    """Where a claim holds, as words: 'every domain' when `domains` is all of `every` (in order),
+    'math and code only', or 'no domain' (chapter 04)."""
+    domains = list(domains)
+    if domains == list(every):
+        return "every domain"
+    return word_list(domains) + " only" if domains else "no domain"
+
+
 # The t distribution's 97.5% quantile by degrees of freedom (a 95% two-sided interval); 1.96 past 30.
 T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
