@@ -82,6 +82,51 @@ def _visible_lines(text: str) -> list[str]:
 # and a bare string returned by a cell's last line.
 RAW_REPR = re.compile(r"PosixPath\(|np\.(True|False)_|np\.float64\(")
 RAW_RESULT = re.compile(r"^'[^'\n]*'$|^\"[^\"\n]*\"$")
+# An absolute path of the build machine: its usual roots (not inside a URL or a relative path).
+MACHINE_PATH = re.compile(r"(?<![\w.:/~$-])/(?:tmp|home|work|root|Users|mnt|scratch|var/folders|private/var)/[^\s'\"<>)]*")
+
+
+def machine_path_roots() -> list[str]:
+    """This machine's own folders that a page must not print: the repository (and so the default
+    artifact cache inside it), $DSPARK_CACHE, $DSPARK_RESULTS, the temporary folder, the home folder."""
+    import os
+    import tempfile
+
+    roots = [str(REPO), os.environ.get("DSPARK_CACHE"), os.environ.get("DSPARK_RESULTS"), tempfile.gettempdir(),
+             os.path.expanduser("~")]
+    return sorted({r.rstrip("/") for r in roots if r and len(r.rstrip("/")) > 1}, key=len, reverse=True)
+
+
+def machine_paths(text: str) -> list[str]:
+    """The build machine's absolute paths in `text` (a cell's output as a reader sees it)."""
+    found = [m.group(0) for m in MACHINE_PATH.finditer(text)]
+    found += [root for root in machine_path_roots() if re.search(re.escape(root) + r"(?![\w.-])", text)]
+    return found
+
+
+def _output_text(out: dict) -> str:
+    """Everything a reader can see of one output, as text (streams, text/plain, html, markdown, errors)."""
+    if out.get("output_type") == "stream":
+        return "".join(out.get("text", ""))
+    if out.get("output_type") == "error":
+        return "\n".join([out.get("evalue", ""), *out.get("traceback", [])])
+    data = out.get("data", {})
+    return "\n".join("".join(data.get(kind, "")) for kind in ("text/plain", "text/html", "text/markdown", "text/latex")
+                     if kind in data)
+
+
+def figure_output_problems(out: dict) -> list[str]:
+    """A matplotlib PNG measured by the build (ci/kernel_setup.py) that is wider than the page or
+    whose smallest text renders below 9 px on it (dspark_lite.harness.plots.figure_problems)."""
+    import base64
+
+    png = out.get("data", {}).get("image/png")
+    if not png:
+        return []
+    from dspark_lite.harness.plots import figure_problems, png_report
+
+    report, width = png_report(base64.b64decode("".join(png)))
+    return figure_problems(report, width) if report is not None else []
 
 
 def output_problems(executed: Path, name: str | None = None) -> list[str]:
@@ -110,6 +155,13 @@ def output_problems(executed: Path, name: str | None = None) -> list[str]:
         raw += [r for r in results if RAW_RESULT.match(r.strip())]
         if raw:
             problems.append(f"{name}: {where} shows a raw repr: {raw[0][:80]}")
+        paths = [p for out in cell.get("outputs", []) for p in machine_paths(_output_text(out))]
+        if paths:
+            problems.append(f"{name}: {where} prints a path of the build machine: {paths[0][:100]} (print a "
+                            "path relative to the repository or $DSPARK_RESULTS: harness.gpu.describe_path)")
+        figures = [out for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
+        for k, out in enumerate(figures, start=1):
+            problems += [f"{name}: {where} figure {k}: {p}" for p in figure_output_problems(out)]
     return problems
 
 

@@ -355,7 +355,7 @@ def test_output_noise_is_found(tmp_path: Path) -> None:
     returned = nbformat.v4.new_code_cell("results.glue_old('k', 'beats')")
     returned.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "'beats'"}, execution_count=1)]
     path_shown = nbformat.v4.new_code_cell("save_result(...)")
-    path_shown.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "PosixPath('/tmp/r.json')"},
+    path_shown.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "PosixPath('r.json')"},
                                                  execution_count=2)]
     verdict = nbformat.v4.new_code_cell("print(ok)")
     verdict.outputs = [nbformat.v4.new_output("stream", name="stdout", text="goal met: np.True_\n")]
@@ -368,3 +368,105 @@ def test_output_noise_is_found(tmp_path: Path) -> None:
     assert "cell 1 (id " in problems[0] and "shows 2 progress bars" in problems[0]
     assert "cell 2 (id " in problems[1] and "prints a warning" in problems[1]
     assert "cell 2 (id " in problems[2] and "writes to stderr" in problems[2]
+
+
+def test_machine_paths_in_outputs_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output that shows a path of the build machine fails, wherever it shows it (a print, a
+    table's HTML, a glued phrase); relative paths, $DSPARK_RESULTS/... and URLs pass."""
+    cache = tmp_path / "artifact-cache"
+    monkeypatch.setenv("DSPARK_CACHE", str(cache))
+    nb = nbformat.v4.new_notebook()
+    clean = nbformat.v4.new_code_cell("print(where)")
+    clean.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        "wrote $DSPARK_RESULTS/engines/sglang_sts.json and data/results/gpu.json; "
+        "see https://example.org/work/home/x and a temporary folder (tmpab12)\n"))]
+    repo = nbformat.v4.new_code_cell("print(corpus_dir)")
+    repo.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"records in {REPO}/.cache/dspark/corpus-1\n")]
+    tmp = nbformat.v4.new_code_cell("display(table)")
+    tmp.outputs = [nbformat.v4.new_output("display_data", data={"text/html": "<td>/tmp/tmpx9/result.json</td>",
+                                                                "text/plain": "table"})]
+    glued = nbformat.v4.new_code_cell("results.glue('where', cache_dir())")
+    glued.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": f"{cache}/drafter-abc"})]
+    home = nbformat.v4.new_code_cell("print(p)")
+    home.outputs = [nbformat.v4.new_output("stream", name="stdout", text="saved to /home/builder/out.json\n")]
+    nb.cells = [clean, repo, tmp, glued, home]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    problems = output_problems(path, "x")
+    assert [p.split(" (id ")[0] for p in problems] == ["x: cell 1", "x: cell 2", "x: cell 3", "x: cell 4"], problems
+    assert all("prints a path of the build machine" in p for p in problems), problems
+    assert "/tmp/tmpx9/result.json" in problems[1] and str(cache) in problems[2] and "/home/builder" in problems[3]
+
+
+def _figure_png(width_in: float, legend_pt: float | None) -> bytes:
+    """A figure saved as the book build saves it: through ci/kernel_setup.py's hook (run in a fresh
+    interpreter, since the hook patches matplotlib for the whole process)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import io, sys
+exec(open({str(REPO / "ci" / "kernel_setup.py")!r}).read())
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=({width_in}, 3), dpi=100)
+ax.plot([0, 1], [0, 1], label="DSpark")
+ax.set_title("tau by domain", fontsize=12)
+if {legend_pt!r} is not None:
+    ax.legend(fontsize={legend_pt!r})
+buf = io.BytesIO()
+fig.canvas.print_figure(buf, format="png", dpi=100, bbox_inches="tight")
+sys.stdout.buffer.write(buf.getvalue())
+"""
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          env={"PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}).stdout
+
+
+def test_figures_too_wide_or_with_small_text_are_found(tmp_path: Path) -> None:
+    """The build stores each figure's width and smallest text in its PNG; a figure wider than the
+    page, or whose text renders below 9 px once scaled to the page, fails with the text named."""
+    import base64
+
+    from dspark_lite.harness import plots
+
+    good, wide, tiny = _figure_png(6.5, 11), _figure_png(18, 11), _figure_png(6.5, 6)
+    report, width = plots.png_report(good)
+    assert report["width_in"] == 6.5 and report["min_font_pt"] == 11 and 500 < width <= 650, (report, width)
+    nb = nbformat.v4.new_notebook()
+    for image in (good, wide, tiny):
+        cell = nbformat.v4.new_code_cell("plt.show()")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(image).decode(),
+                                                                     "text/plain": "<Figure>"})]
+        nb.cells.append(cell)
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    problems = output_problems(path, "x")
+    assert len(problems) == 3, problems
+    assert problems[0].startswith("x: cell 1 ") and "18 in wide, wider than the page" in problems[0]
+    assert problems[1].startswith("x: cell 1 ") and "'DSpark', 11 pt) renders at" in problems[1]
+    assert problems[2].startswith("x: cell 2 ") and "'DSpark', 6 pt) renders at 8.3 px" in problems[2]
+
+
+def test_check_figure_raises_for_a_figure_the_page_cannot_show() -> None:
+    """plots.check_figure: a 7-inch figure with the theme's fonts passes; 12 inches or 6-pt text raise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dspark_lite.harness import plots
+
+    plots.set_theme()
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.plot([0, 1], label="a")
+    ax.legend()
+    assert plots.check_figure(fig)["min_font_image_px"] >= 9
+    ax.legend(fontsize=6)
+    with pytest.raises(plots.FigureTooSmall, match="renders at 8.3 px"):
+        plots.check_figure(fig)
+    fig.set_figwidth(12)
+    ax.legend()
+    with pytest.raises(plots.FigureTooSmall, match="12 in wide"):
+        plots.check_figure(fig)
+    plt.close(fig)
