@@ -6,11 +6,17 @@ Serves HTML_DIR on 127.0.0.1 and drives Debian's Chromium (Playwright's sync API
 browser). A page fails on: a request to any non-local URL (aborted and recorded: the book must
 work offline), a local file that does not load, an image that does not load, a JavaScript error,
 a Python traceback or error output, widgets or math that do not render, TeX source left as text
-outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), and, for a chapter page,
+outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), a figure whose smallest
+text renders below 9 px (the size the build measured in the PNG, ci/kernel_setup.py, scaled by the
+width the browser shows it at), and, for a chapter page,
 no figure (an <img> or inline <svg> in a cell output or a figure), and a visible icon whose webfont
 did not load. A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
 saved in the screenshot folder.
+
+Every page's shape is reported, printed and written to SCREENSHOTS/page_shape.json: the share of
+its height that is code (visible input cells) and, per figure, its natural and displayed width and
+the size in px of its smallest text.
 
 Interactive figures (Vega-Lite, `dspark_lite/harness/interactive.py`): every control of every
 figure is moved as a reader moves it, with the mouse and the keyboard (a slider: its thumb dragged
@@ -90,6 +96,20 @@ JS_LITERAL_TEX = r"""() => {
     }
     return found;
 }"""
+# What a reader sees of code and figures: the height of the visible input cells against the page's,
+# and each cell-output image's natural and displayed width (a hidden input has no height).
+JS_PAGE_SHAPE = """() => {
+    const inputs = Array.from(document.querySelectorAll('.cell_input'))
+        .filter(e => e.offsetParent !== null && !e.closest('details:not([open])'))
+        .reduce((sum, e) => sum + e.getBoundingClientRect().height, 0);
+    const images = Array.from(document.querySelectorAll('.cell_output img, figure img'))
+        .filter(i => i.naturalWidth > 0)
+        .map(i => ({src: i.getAttribute('src'), natural: i.naturalWidth,
+                    shown: i.getBoundingClientRect().width}));
+    return {page: document.documentElement.scrollHeight, code: inputs, images: images};
+}"""
+MIN_FONT_PX = 9.0  # dspark_lite.harness.plots.MIN_FONT_PX (not imported: the check runs without the package)
+SHAPE_FILE = "page_shape.json"
 REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
 
 
@@ -247,6 +267,7 @@ def check_site(html_dir: Path, screenshot_dir: Path | None = None, *,
 
     pages = site_pages(html_dir)
     problems: list[str] = []
+    shapes: dict[str, dict] = {}
     if not pages:
         return [f"{html_dir}: no HTML pages (was the book built?)"]
     if chapters is None:
@@ -267,16 +288,61 @@ def check_site(html_dir: Path, screenshot_dir: Path | None = None, *,
             for rel in pages:
                 target = _redirect_target(html_dir / rel)
                 if target is None:
-                    problems += _check_page(context, base, rel, rel in chapters, screenshot_dir, wait_ms)
+                    problems += _check_page(context, base, rel, rel in chapters, screenshot_dir, wait_ms, shapes, html_dir)
                 elif not (html_dir / rel).parent.joinpath(target).is_file():
                     problems.append(f"{rel}: redirects to {target}, which does not exist")
         finally:
             context.close()
+    if shapes:
+        print(page_shapes_summary(shapes))
+        if screenshot_dir is not None:
+            import json
+
+            (Path(screenshot_dir) / SHAPE_FILE).write_text(json.dumps(shapes, indent=1) + "\n")
     return problems
 
 
+def figure_fonts(html_dir: Path, rel: str, images: list[dict]) -> list[dict]:
+    """Each image with the smallest text the build measured in it (the PNG text chunk that
+    ci/kernel_setup.py writes) scaled by how the browser shows it: font_px = the text's size in
+    image pixels * displayed width / natural width. None where the image carries no measurement."""
+    import json
+    from urllib.parse import unquote
+
+    from PIL import Image
+
+    out = []
+    for image in images:
+        path = (Path(html_dir) / rel).parent / unquote(image["src"].split("?")[0])
+        report = None
+        try:
+            with Image.open(path) as png:
+                text = png.info.get("dspark-figure")
+            report = json.loads(text) if text else None
+        except (OSError, ValueError):
+            pass
+        px = report.get("min_font_image_px") if report else None
+        scale = image["shown"] / image["natural"] if image["natural"] else 1.0
+        out.append({"image": Path(path).name, "natural_px": image["natural"], "shown_px": round(image["shown"]),
+                    "width_in": report.get("width_in") if report else None,
+                    "smallest_text": report.get("min_font_text") if report else None,
+                    "font_px": None if px is None else round(px * scale, 1)})
+    return out
+
+
+def page_shapes_summary(shapes: dict[str, dict]) -> str:
+    """A table: per page, the share of its height that is code and its smallest figure text."""
+    lines = [f"{'page':<34}{'code share':>11}{'figures':>9}{'smallest text (px)':>20}"]
+    for rel, shape in shapes.items():
+        fonts = [f["font_px"] for f in shape["figures"] if f["font_px"] is not None]
+        lines.append(f"{rel:<34}{shape['code_share']:>10.0%} {len(shape['figures']):>8}"
+                     f"{min(fonts) if fonts else float('nan'):>20.1f}")
+    return "\n".join(lines)
+
+
 def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
-                screenshot_dir: Path | None, wait_ms: int) -> list[str]:
+                screenshot_dir: Path | None, wait_ms: int, shapes: dict | None = None,
+                html_dir: Path | None = None) -> list[str]:
     """Load one page, wait for it to settle, and list what is wrong with it."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -350,6 +416,14 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
                              f"{PAGE_LIMIT_BYTES / 2**20:g} MB)")
             print(f"{rel}: {page.locator('.vega-embed').count()} interactive figure(s), page weight "
                   f"{weight[0] / 2**20:.2f} MB")
+        if shapes is not None and html_dir is not None:
+            shape = page.evaluate(JS_PAGE_SHAPE)
+            figures = figure_fonts(html_dir, rel, shape["images"])
+            shapes[rel] = {"page_px": round(shape["page"]), "code_px": round(shape["code"]),
+                           "code_share": shape["code"] / shape["page"] if shape["page"] else 0.0, "figures": figures}
+            found += [f"figure {k} ({f['image']}): its smallest text ({f['smallest_text']!r}) renders at {f['font_px']} px "
+                      f"(shown {f['shown_px']} px wide of {f['natural_px']}); at least {MIN_FONT_PX:g} px is legible"
+                      for k, f in enumerate(figures, start=1) if f["font_px"] is not None and f["font_px"] < MIN_FONT_PX]
         if screenshot_dir is not None:
             name = rel.removesuffix(".html").replace("/", "__") + ".png"
             page.screenshot(path=str(Path(screenshot_dir) / name), full_page=True)

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 DOMAIN_COLORS = {"math": "#1b9e77", "code": "#7570b3", "chat": "#d95f02"}
-PAGE_WIDTH_PX = 700  # the book's text column (BOOK_DESIGN.md, "Pages")
+PAGE_WIDTH_PX = 690  # the book's text column as Chromium shows it (BOOK_DESIGN.md: about 700 px)
 MAX_WIDTH_IN = 7.0  # at dpi 100, the page's width
 MIN_FONT_PX = 9.0  # the smallest legible text, as rendered on the page
 PNG_KEY = "dspark-figure"  # the PNG text chunk that carries `figure_report`
