@@ -449,7 +449,7 @@ def test_figures_too_wide_or_with_small_text_are_found(tmp_path: Path) -> None:
 
 
 def test_check_figure_raises_for_a_figure_the_page_cannot_show() -> None:
-    """plots.check_figure: a 7-inch figure with the theme's fonts passes; 12 inches or 6-pt text raise."""
+    """plots.check_figure: a 6.5-inch figure with the theme's fonts passes; 12 inches or 6-pt text raise."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -458,7 +458,7 @@ def test_check_figure_raises_for_a_figure_the_page_cannot_show() -> None:
     from dspark_lite.harness import plots
 
     plots.set_theme()
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = plt.subplots(figsize=(6.5, 3))
     ax.plot([0, 1], label="a")
     ax.legend()
     assert plots.check_figure(fig)["min_font_image_px"] >= 9
