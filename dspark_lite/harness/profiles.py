@@ -294,11 +294,11 @@ _FULL = Profile(
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(
-        ablation_steps=1000, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
+        ablation_steps=2000, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=12, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
-    confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=6, frozen_head_steps=300, resplits=8,
+    confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=3, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
     serving=ServingStudy(
         profile_points=8, profile_context=128, profile_repeats=25,
