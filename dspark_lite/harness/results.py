@@ -134,6 +134,26 @@ def run_shows(rows: list[tuple[str, str, str, bool | None]]) -> "Any":
     return frame.style.hide(axis="index").set_caption("What this run shows")
 
 
+def _float_text(value: Any) -> Any:
+    """A float as Python prints it, to 6 significant digits (0.3, 5.0, 1e-07); anything else as is."""
+    if isinstance(value, (float, np.floating)):
+        return str(float(f"{float(value):.6g}"))
+    return value
+
+
+def titled(df: "Any", title: str, digits: int | None = None) -> "Any":
+    """A table as the book shows it, with its title (chapter 00 sets the book's table style): the
+    Styler of `df` with `title` as its caption, floats shown with `digits` decimals (as
+    `df.round(digits)` showed them; integers and text unchanged), or as Python prints them when
+    `digits` is None; a missing value as "NaN". Index and column labels stay as the DataFrame
+    showed them; `df` is not modified."""
+    styler = df.style.set_caption(title)
+    styler = styler.format_index(_float_text, axis=0).format_index(_float_text, axis=1)
+    if digits is None:
+        return styler.format(_float_text, na_rep="NaN")
+    return styler.format(precision=digits, na_rep="NaN")
+
+
 def load_results(folder: Path | None = None) -> dict[str, dict[str, Any]]:
     """All result files in a folder (default results_dir()), keyed by name."""
     folder = Path(folder) if folder is not None else results_dir()
