@@ -67,19 +67,6 @@ def split_calibration_test(n: int, fraction: float = 0.5, seed: int = 0) -> tupl
     return np.sort(order[:n_cal]), np.sort(order[n_cal:])
 
 
-def synthetic_rollouts(n_blocks: int, gamma: int, overconfidence: float = 3.0,
-                       seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rollouts from a known model (chapter 05): position k of a block survives, given the
-    earlier ones did, with probability sigmoid(z_k), z_k ~ Normal(1, 1.2); the head reports the
-    logit overconfidence * z_k. Returns (logits, n_acc, true_conditional)."""
-    rng = np.random.default_rng(seed)
-    z = rng.normal(1.0, 1.2, size=(n_blocks, gamma))
-    true = sigmoid(z)
-    accepted = rng.random((n_blocks, gamma)) < true
-    n_acc = np.cumprod(accepted, axis=1).sum(axis=1)
-    return overconfidence * z, n_acc, true
-
-
 # ----------------------------------------------------------------------------------------
 # Metrics on 1-D predictions p and binary outcomes y
 # ----------------------------------------------------------------------------------------
@@ -279,10 +266,6 @@ class Calibrator:
             raise ValueError(f"{type(self).__name__} was fitted for gamma={self.gamma_} positions; "
                              f"got logits with {z.shape[-1]} positions")
         return self._transform(z.reshape(-1, self.gamma_)).reshape(z.shape)
-
-    def fit_transform(self, z_cal: Any, n_acc_cal: Any) -> np.ndarray:
-        """fit, then transform the same logits (chapter 05)."""
-        return self.fit(z_cal, n_acc_cal).transform(z_cal)
 
     def _check_position(self, counts: np.ndarray, k: int, fallback: str) -> bool:
         """True if position k can be fitted; otherwise warn, record it, and return False."""

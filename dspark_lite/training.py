@@ -351,13 +351,6 @@ def drafter_loss(drafter: TrainableDrafter, batch: TargetBatch, cfg: DrafterTrai
     return block_loss(output, targets, cfg)
 
 
-def anchor_step(drafter: TrainableDrafter, target: PreTrainedModel, sequences: TrainingSequences,
-                indices: Sequence[int], cfg: DrafterTrainConfig, generator: torch.Generator) -> tuple[Tensor, dict]:
-    """Loss and metrics of one batch of sequences with freshly sampled anchors (chapter 03)."""
-    batch = target_batch(target, sequences, indices, cfg, generator, drafter.target_layer_ids)
-    return drafter_loss(drafter, batch, cfg)
-
-
 # ----------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------
@@ -535,21 +528,3 @@ def _resume(checkpoint: Checkpointer, runs: Mapping[str, _Run], batches: EpochBa
     restore_rng(generator, saved["rng"])
     print(f"{desc}: resuming from the checkpoint at step {saved['step']} ({checkpoint.path})")
     return int(saved["step"])
-
-
-@torch.no_grad()
-def evaluate_drafter(drafter: TrainableDrafter, target: PreTrainedModel, sequences: TrainingSequences,
-                     cfg: DrafterTrainConfig, seed: int = 0) -> dict:
-    """Held-out loss and acceptance proxies (chapter 03): every sequence once, anchors drawn
-    with `seed`; metrics averaged over batches."""
-    generator = torch.Generator().manual_seed(seed)
-    was_training = drafter.training
-    drafter.eval()
-    totals: dict[str, list] = {}
-    for start in range(0, len(sequences), cfg.sequences_per_batch):
-        indices = range(start, min(start + cfg.sequences_per_batch, len(sequences)))
-        loss, parts = anchor_step(drafter, target, sequences, indices, cfg, generator)
-        for name, value in {"loss": loss.item(), **parts}.items():
-            totals.setdefault(name, []).append(value)
-    drafter.train(was_training)
-    return {name: torch.tensor(values).mean(0).tolist() for name, values in totals.items()}

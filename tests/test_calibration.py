@@ -11,6 +11,7 @@ from dspark_lite import calibration as cal
 from dspark_lite import checks
 from dspark_lite.calibration import CalibrationWarning
 from dspark_lite.record import logit, predicted_survival, sigmoid
+from synthetic import synthetic_rollouts
 
 # An unexpected CalibrationWarning fails the test; expected ones are caught by pytest.warns.
 pytestmark = pytest.mark.filterwarnings("error::dspark_lite.calibration.CalibrationWarning")
@@ -22,7 +23,7 @@ GAMMA = 5
 def rollouts():
     """20k blocks from a known model: true conditional survival sigmoid(z_k), reported logit
     3 z_k (over-confident); split 50/50 into calibration and test. z: the logits, c their sigmoid."""
-    z, n_acc, true = cal.synthetic_rollouts(20_000, GAMMA, overconfidence=3.0, seed=1)
+    z, n_acc, true = synthetic_rollouts(20_000, GAMMA, overconfidence=3.0, seed=1)
     cal_idx, test_idx = cal.split_calibration_test(len(n_acc), fraction=0.5, seed=0)
     return SimpleNamespace(z=z, c=sigmoid(z), n=n_acc, true=true, cal=cal_idx, test=test_idx)
 

@@ -21,9 +21,10 @@ from dspark_lite.speculative import Drafter, autoregressive_generate, select_tar
 from dspark_lite.training import (
     DrafterTrainConfig,
     TrainingSequences,
-    evaluate_drafter,
     generate_training_sequences,
     train_drafter,
+    drafter_loss,
+    target_batch,
     train_drafters,
 )
 
@@ -301,6 +302,24 @@ def test_batched_reply_generation_matches_the_target_greedy(target):
         assert prompt_length == prompt.shape[0] and torch.equal(sequence[:prompt_length], prompt)
         expected = autoregressive_generate(target, prompt, 12, 0.0, None, eos_token_id=EOS_ID)
         assert torch.equal(sequence[prompt_length:], expected)
+
+
+@torch.no_grad()
+def evaluate_drafter(drafter, target, sequences, cfg, seed=0) -> dict:
+    """Held-out loss and acceptance proxies: every sequence once, anchors drawn with `seed`,
+    metrics averaged over batches (the drafter left in the mode it was in)."""
+    generator = torch.Generator().manual_seed(seed)
+    was_training = drafter.training
+    drafter.eval()
+    totals: dict[str, list] = {}
+    for start in range(0, len(sequences), cfg.sequences_per_batch):
+        indices = range(start, min(start + cfg.sequences_per_batch, len(sequences)))
+        batch = target_batch(target, sequences, indices, cfg, generator, drafter.target_layer_ids)
+        loss, parts = drafter_loss(drafter, batch, cfg)
+        for name, value in {"loss": loss.item(), **parts}.items():
+            totals.setdefault(name, []).append(value)
+    drafter.train(was_training)
+    return {name: torch.tensor(values).mean(0).tolist() for name, values in totals.items()}
 
 
 @pytest.mark.parametrize("make", [dflash, eagle], ids=["dflash", "eagle"])

@@ -16,6 +16,7 @@ from dspark_lite import calibration, scheduler
 from dspark_lite.harness import interactive
 from dspark_lite.harness.serving import resolve_scheduler
 from dspark_lite.record import Rounds, sigmoid
+from synthetic import synthetic_rollouts
 
 REPO = Path(__file__).resolve().parents[1]
 THRESHOLDS = [round(0.05 * i, 2) for i in range(19)]
@@ -24,7 +25,7 @@ THRESHOLDS = [round(0.05 * i, 2) for i in range(19)]
 def records(blocks: int = 600, gamma: int = 7, seed: int = 1) -> Rounds:
     """Synthetic full blocks (chapter 05's known model) in three domains, and a round without a
     confidence head (which the figures must leave out)."""
-    logits, accepted = calibration.synthetic_rollouts(blocks, gamma, seed=seed)[:2]
+    logits, accepted = synthetic_rollouts(blocks, gamma, seed=seed)[:2]
     domains = np.array(["math", "code", "chat"])[np.arange(blocks) % 3]
     full = Rounds.of(np.full(blocks, gamma), accepted, logits, domain=domains)
     return Rounds.concat([full, Rounds.of([3], [1], domain="chat")])
@@ -66,7 +67,7 @@ def test_gamma_chart_shows_the_measured_rows():
 
 
 def test_load_states_are_what_the_schedulers_give():
-    c = sigmoid(calibration.synthetic_rollouts(300, 5, seed=3)[0])
+    c = sigmoid(synthetic_rollouts(300, 5, seed=3)[0])
     states = interactive.load_states(c, [2, 8], [4, 16], [1.0, 2.0], max_batch=64, seed=7)
     assert len(states) == 2 * 2 * 2 * 4
     rng = np.random.default_rng(7)  # the blocks each R drew, in the same order
