@@ -8,7 +8,8 @@ work offline), a local file that does not load, an image that does not load, a J
 a Python traceback or error output, widgets or math that do not render, TeX source left as text
 outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), a figure whose smallest
 text renders below 9 px (the size the build measured in the PNG, ci/kernel_setup.py, scaled by the
-width the browser shows it at), and, for a chapter page,
+width the browser shows it at; an interactive figure's SVG text, its font size times the scale the
+browser draws it at), and, for a chapter page,
 no figure (an <img> or inline <svg> in a cell output or a figure), and a visible icon whose webfont
 did not load. A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
@@ -108,6 +109,19 @@ JS_PAGE_SHAPE = """() => {
                     shown: i.getBoundingClientRect().width}));
     return {page: document.documentElement.scrollHeight, code: inputs, images: images};
 }"""
+# Each interactive figure's smallest text as the reader sees it: an SVG text's font size times the
+# scale from its user units to screen pixels (the chart may be shrunk to the page's width).
+JS_CHART_FONTS = """() => Array.from(document.querySelectorAll('.vega-embed svg')).map((svg, i) => {
+    const sizes = Array.from(svg.querySelectorAll('text'))
+        .filter(t => t.textContent.trim() && t.getBBox().width > 0)
+        .map(t => { const m = t.getScreenCTM();
+                    return {px: parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b),
+                            text: t.textContent.trim().slice(0, 40)}; });
+    if (!sizes.length) return null;
+    const least = sizes.reduce((a, b) => (a.px <= b.px ? a : b));
+    return {chart: i + 1, font_px: Math.round(least.px * 10) / 10, smallest_text: least.text,
+            shown_px: Math.round(svg.getBoundingClientRect().width)};
+}).filter(x => x)"""
 MIN_FONT_PX = 9.0  # dspark_lite.harness.plots.MIN_FONT_PX (not imported: the check runs without the package)
 SHAPE_FILE = "page_shape.json"
 REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
@@ -332,10 +346,11 @@ def figure_fonts(html_dir: Path, rel: str, images: list[dict]) -> list[dict]:
 
 def page_shapes_summary(shapes: dict[str, dict]) -> str:
     """A table: per page, the share of its height that is code and its smallest figure text."""
-    lines = [f"{'page':<34}{'code share':>11}{'figures':>9}{'smallest text (px)':>20}"]
+    lines = [f"{'page':<34}{'code share':>11}{'figures':>9}{'smallest text (px)':>20}"]  # figures: images and charts
     for rel, shape in shapes.items():
         fonts = [f["font_px"] for f in shape["figures"] if f["font_px"] is not None]
-        lines.append(f"{rel:<34}{shape['code_share']:>10.0%} {len(shape['figures']):>8}"
+        fonts += [c["font_px"] for c in shape.get("charts", [])]
+        lines.append(f"{rel:<34}{shape['code_share']:>10.0%} {len(shape['figures']) + len(shape.get('charts', [])):>8}"
                      f"{min(fonts) if fonts else float('nan'):>20.1f}")
     return "\n".join(lines)
 
@@ -419,8 +434,13 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
         if shapes is not None and html_dir is not None:
             shape = page.evaluate(JS_PAGE_SHAPE)
             figures = figure_fonts(html_dir, rel, shape["images"])
+            charts = page.evaluate(JS_CHART_FONTS)
             shapes[rel] = {"page_px": round(shape["page"]), "code_px": round(shape["code"]),
-                           "code_share": shape["code"] / shape["page"] if shape["page"] else 0.0, "figures": figures}
+                           "code_share": shape["code"] / shape["page"] if shape["page"] else 0.0, "figures": figures,
+                           "charts": charts}
+            found += [f"interactive figure {c['chart']}: its smallest text ({c['smallest_text']!r}) renders at "
+                      f"{c['font_px']} px (shown {c['shown_px']} px wide); at least {MIN_FONT_PX:g} px is legible"
+                      for c in charts if c["font_px"] < MIN_FONT_PX]
             found += [f"figure {k} ({f['image']}): its smallest text ({f['smallest_text']!r}) renders at {f['font_px']} px "
                       f"(shown {f['shown_px']} px wide of {f['natural_px']}); at least {MIN_FONT_PX:g} px is legible"
                       for k, f in enumerate(figures, start=1) if f["font_px"] is not None and f["font_px"] < MIN_FONT_PX]

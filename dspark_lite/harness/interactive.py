@@ -58,7 +58,7 @@ def threshold_states(records: Rounds, thresholds: Sequence[float]) -> pd.DataFra
     return pd.concat(frames, ignore_index=True)
 
 
-def threshold_chart(states: pd.DataFrame, domain: str | None = None, threshold: float | None = None) -> alt.HConcatChart:
+def threshold_chart(states: pd.DataFrame, domain: str | None = None, threshold: float | None = None) -> alt.VConcatChart:
     """Figure 5 as a figure to explore (chapter 05): pick a domain and a static threshold; the
     left panel shows accepted and rejected drafts per round at every threshold (the chosen one
     solid) with the acceptance rate, the right one tau against the tokens verified per round with
@@ -99,13 +99,13 @@ def threshold_chart(states: pd.DataFrame, domain: str | None = None, threshold: 
         x=alt.value(0), y=alt.value(-12), text="label:N").transform_calculate(
         label="'tau ' + format(datum.tau, '.2f') + ' for ' + format(datum.verified_per_round, '.2f') + ' verified tokens'")
     right = alt.layer(curve, point, label).properties(width=330, height=220)
-    return alt.hconcat(left, right).add_params(pick_domain, pick)
+    return alt.vconcat(left, right).add_params(pick_domain, pick)  # stacked: each panel at the page's width
 
 
 # ---------------------------------------------------------------------------------------- chapter 02
 
 
-def gamma_chart(sweep: pd.DataFrame, gamma: int | None = None) -> alt.HConcatChart:
+def gamma_chart(sweep: pd.DataFrame, gamma: int | None = None) -> alt.VConcatChart:
     """The classic drafter's gamma sweep to explore (chapter 02): tau and tokens/s against gamma,
     as measured, with the chosen gamma marked. `sweep`: one row per gamma with "tau" and
     "tokens/s" (the chapter's measurement; nothing is recomputed)."""
@@ -128,7 +128,7 @@ def gamma_chart(sweep: pd.DataFrame, gamma: int | None = None) -> alt.HConcatCha
             label=f"'gamma ' + datum.gamma + ': {title} ' + format(datum.{field}, '.2f')")
         return alt.layer(line, point, text).properties(width=300, height=200)
 
-    return alt.hconcat(panel("tau", "tau", BLUE), panel("tokens_per_s", "tokens/s", GREEN)).add_params(pick)
+    return alt.vconcat(panel("tau", "tau", BLUE), panel("tokens_per_s", "tokens/s", GREEN)).add_params(pick)
 
 
 # ---------------------------------------------------------------------------------------- chapter 06b
@@ -166,7 +166,7 @@ def load_states(confidences: np.ndarray, concurrencies: Sequence[int], knees: Se
     return pd.DataFrame(rows)
 
 
-def load_chart(states: pd.DataFrame) -> alt.HConcatChart:
+def load_chart(states: pd.DataFrame) -> alt.VConcatChart:
     """Chapter 06b's load figure to explore: R, the cost curve's knee and slope. The left panel
     shows how many requests Algorithm 1 gives each draft length l_r at that point; the right one
     every scheduler's expected throughput Theta against R for that knee and slope, the chosen R
@@ -202,7 +202,7 @@ def load_chart(states: pd.DataFrame) -> alt.HConcatChart:
     marked = alt.Chart(states).transform_filter(at).mark_point(size=160, filled=True).encode(
         x="R:Q", y="theta:Q", color=color, tooltip=tooltip)
     rule = alt.Chart(states).transform_filter(at).mark_rule(color="black", strokeDash=[4, 3]).encode(x="R:Q")
-    return alt.hconcat(alt.layer(hist, hist_title).properties(width=280, height=200),
+    return alt.vconcat(alt.layer(hist, hist_title).properties(width=280, height=200),
                        alt.layer(lines, rule, marked).properties(width=300, height=200)).add_params(
         pick_R, pick_knee, pick_slope)
 
@@ -222,12 +222,12 @@ def curves_chart(frame: pd.DataFrame, x: str, y: str, color: str, column: str | 
     lines = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=50)).encode(
         x=alt.X(f"{x}:Q", title=x_title or x, axis=alt.Axis(tickMinStep=1) if frame[x].dtype.kind in "iu" else alt.Undefined),
         y=alt.Y(f"{y}:Q", title=y_title or y, scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color(f"{color}:N", scale=scale, title=None), tooltip=tooltip)
+        color=alt.Color(f"{color}:N", scale=scale, title=None, legend=alt.Legend(orient="bottom")), tooltip=tooltip)
     layers = [lines]
     if diagonal:
         layers.insert(0, alt.Chart().mark_rule(strokeDash=[3, 3], color=GREY).encode(
             x=alt.datum(0.0), y=alt.datum(0.0), x2=alt.datum(1.0), y2=alt.datum(1.0)))
-    chart = alt.layer(*layers, data=frame).properties(width=220, height=200)
+    chart = alt.layer(*layers, data=frame).properties(width=160 if column else 220, height=200)  # three panels fit the page
     if column is None:
         return chart
     return chart.facet(column=alt.Column(f"{column}:N", title=None, sort=list(pd.unique(frame[column]))))

@@ -26,10 +26,18 @@ MIN_FONT_PX = 9.0  # the smallest legible text, as rendered on the page
 PNG_KEY = "dspark-figure"  # the PNG text chunk that carries `figure_report`
 
 
+ALTAIR_FONT_PX = 12  # the interactive figures' axis, legend and header text (Vega-Lite's default is 10-11)
+
+
 def set_theme() -> None:
-    """Apply the book's figure style."""
+    """Apply the book's figure style: matplotlib's, and the interactive (Altair) figures' text sizes."""
+    import altair as alt
+
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
     plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (7.0, 3.6)})
+    text = {"labelFontSize": ALTAIR_FONT_PX, "titleFontSize": ALTAIR_FONT_PX}
+    alt.theme.register("dspark", enable=True)(
+        lambda: {"config": {"axis": text, "legend": text, "header": text, "title": {"fontSize": ALTAIR_FONT_PX + 1}}})
 
 
 class FigureTooSmall(ValueError):
