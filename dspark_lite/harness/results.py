@@ -147,7 +147,7 @@ def titled(df: "Any", title: str, digits: int | None = None) -> "Any":
     `df.round(digits)` showed them; integers and text unchanged), or as Python prints them when
     `digits` is None; a missing value as "NaN". Index and column labels stay as the DataFrame
     showed them; `df` is not modified."""
-    styler = df.style.set_caption(title)
+    styler = df.style.set_caption(title).set_table_attributes('class="dataframe"')  # the page's table style
     styler = styler.format_index(_float_text, axis=0).format_index(_float_text, axis=1)
     if digits is None:
         return styler.format(_float_text, na_rep="NaN")
