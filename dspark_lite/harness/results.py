@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .. import __version__
+from .verdicts import word_list
 
 ENV_VAR = "DSPARK_RESULTS"
 REPO = Path(__file__).resolve().parents[2]
@@ -96,9 +97,7 @@ def plain(value: Any, digits: int = 3) -> str:
         parts = [plain(v, digits) for v in value]
     else:
         return str(value)
-    if not parts:
-        return "none"
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return word_list(parts) if parts else "none"
 
 
 def glue(name: str, value: Any, fmt: str = "") -> None:
