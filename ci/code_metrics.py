@@ -1,0 +1,110 @@
+"""The package's shape in numbers, for issue notes and reviews: lines of the method and of each
+harness room, `raise` statements in the method outside `checks.py`, private names the chapters
+show, functions over 40 lines in the method, and modules over 500 lines.
+
+    python ci/code_metrics.py [--root PATH] [--json]
+
+It reads the source with `ast` and imports nothing, so it runs on any checkout (for a before /
+after comparison, point --root at a `git worktree` of the older commit).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+from pathlib import Path
+
+LONG_FUNCTION = 40
+LONG_MODULE = 500
+SHOWN = re.compile(r"getsource\(\s*([\w.]+)\s*\)")
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def functions(tree: ast.AST) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function and method in a module."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((prefix + child.name, child.end_lineno - child.lineno + 1))
+                visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+
+    visit(tree, "")
+    return found
+
+
+def raises(tree: ast.AST) -> int:
+    return sum(isinstance(node, ast.Raise) for node in ast.walk(tree))
+
+
+def shown_private_names(chapters: Path) -> list[str]:
+    """Dotted names a chapter passes to `inspect.getsource` with a private part (`_name`)."""
+    names = []
+    for notebook in sorted(chapters.glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] == "code":
+                for name in SHOWN.findall("".join(cell["source"])):
+                    if any(part.startswith("_") for part in name.split(".")):
+                        names.append(f"{notebook.stem}: {name}")
+    return names
+
+
+def room_of(path: Path, package: Path) -> str:
+    """'method' for the package's top level, else the harness room (its sub-package, or 'harness'
+    for a module directly in the harness folder)."""
+    parts = path.relative_to(package).parts
+    if len(parts) == 1:
+        return "method"
+    return "harness/" + parts[1] if len(parts) > 2 else "harness"
+
+
+def metrics(root: Path) -> dict:
+    package = root / "dspark_lite"
+    rooms: dict[str, int] = {}
+    method_raises, long_functions, long_modules = 0, [], []
+    for path in sorted(package.rglob("*.py")):
+        lines, room = line_count(path), room_of(path, package)
+        rooms[room] = rooms.get(room, 0) + lines
+        name = str(path.relative_to(root))
+        if lines > LONG_MODULE:
+            long_modules.append(f"{name} ({lines})")
+        if room != "method":
+            continue
+        tree = ast.parse(path.read_text())
+        if path.name != "checks.py":
+            method_raises += raises(tree)
+        long_functions += [f"{path.stem}.{fn} ({n})" for fn, n in functions(tree) if n > LONG_FUNCTION]
+    return {"lines": rooms, "method raises outside checks.py": method_raises,
+            "private names shown by chapters": shown_private_names(root / "chapters"),
+            f"method functions over {LONG_FUNCTION} lines": long_functions,
+            f"modules over {LONG_MODULE} lines": long_modules}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args()
+    found = metrics(args.root)
+    if args.json:
+        print(json.dumps(found, indent=1))
+        return
+    for key, value in found.items():
+        if isinstance(value, dict):
+            print(f"{key}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
+        elif isinstance(value, list):
+            print(f"{key}: {len(value)}" + "".join(f"\n  {item}" for item in value))
+        else:
+            print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
