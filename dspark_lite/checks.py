@@ -5,7 +5,8 @@ step curve. One wording for one mistake, saying what was wrong and where.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import math
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -14,19 +15,55 @@ from torch import Tensor
 PROB_SUM_TOLERANCE = 1e-3  # how far a draft's probability row may sum from 1
 
 
-def positive_int(value: Any, name: str) -> int:
-    """`value` as an int; ValueError unless it is an integer >= 1 (a bool is not)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+def positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """`value` as an int; ValueError unless it is an integer >= `minimum` (1 unless given; a
+    bool is not)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
     return int(value)
 
 
-def lengths_in_range(lengths: Any, requests: int, gamma: int, who: str) -> np.ndarray:
-    """A scheduler's answer as int64 [requests], each in 0..gamma; ValueError naming `who` otherwise."""
+def in_interval(value: Any, name: str, low: float, high: float = math.inf, *, closed: bool = True) -> float:
+    """`value` as a float; ValueError unless it is a finite number in [low, high] (or in
+    (low, high) when not `closed`; no `high`: no upper bound)."""
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if not (number and math.isfinite(value) and (low <= value <= high if closed else low < value < high)):
+        bounds = (f"be {'>=' if closed else '>'} {low:g}" if high == math.inf
+                  else f"lie in {'[' if closed else '('}{low:g}, {high:g}{']' if closed else ')'}")
+        raise ValueError(f"{name} must {bounds}; got {value if number else repr(value)}")
+    return float(value)
+
+
+def lengths_in_range(lengths: Any, requests: int, gamma: int, name: str = "lengths") -> np.ndarray:
+    """Draft lengths l (a scheduler's answer) as int64 [requests], each in 0..gamma; ValueError
+    naming them `name` otherwise."""
     l = np.asarray(lengths)
     if l.shape != (requests,) or l.dtype.kind not in "iu" or l.min() < 0 or l.max() > gamma:
-        raise ValueError(f"scheduler {who!r} must return {requests} integers in [0, {gamma}]; got {l!r}")
+        raise ValueError(f"{name} must be {requests} integers in [0, {gamma}]; got {l.tolist()}")
     return l.astype(np.int64)
+
+
+def positive_finite(values: Any, name: str) -> np.ndarray:
+    """`values` (a number or an array) as float64; ValueError unless every one is positive and finite."""
+    arr = float_array(values, name)
+    if not np.isfinite(arr).all() or np.any(arr <= 0):
+        raise ValueError(f"{name} must be positive and finite; got {arr.tolist()}")
+    return arr
+
+
+def integers(values: Any, name: str) -> np.ndarray:
+    """`values` as int64; ValueError unless they are whole numbers (ints, or floats without a fraction)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iuf" or not np.array_equal(arr, np.round(arr)):
+        raise ValueError(f"{name} must be integers; got {arr.tolist()}")
+    return arr.astype(np.int64)
+
+
+def has_keys(data: Any, keys: Sequence[str], what: str) -> None:
+    """ValueError unless the mapping `data` holds every one of `keys`."""
+    missing = sorted(set(keys) - set(data))
+    if missing:
+        raise ValueError(f"{what} needs keys {sorted(keys)}; missing {missing}")
 
 
 def _where(flat_index: int, shape: tuple[int, ...]) -> str:
@@ -66,6 +103,39 @@ def confidences(c: Any, *, allow_1d: bool = False, name: str = "confidences") ->
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{name} are probabilities and must lie in [0, 1]; got {arr.flat[i]} at {_where(i, arr.shape)}")
+    return arr
+
+
+def confidence_trials(c: Any) -> np.ndarray:
+    """Confidences of many trials, c[N, R, gamma] with N >= 1, as float64 (each trial's
+    [R, gamma] is checked by the scheduler that reads it); ValueError otherwise."""
+    arr = float_array(c, "confidences")
+    if arr.ndim != 3 or arr.shape[0] == 0:
+        raise ValueError(f"confidences must be shaped (N trials >= 1, R, gamma); got {arr.shape}")
+    return arr
+
+
+def probability(value: Any, name: str) -> float:
+    """`value` as a float; ValueError unless it is a number in [0, 1]."""
+    p = float(float_array(value, name))
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1]; got {value}")
+    return p
+
+
+def distribution(p: Any, name: str) -> np.ndarray:
+    """A probability vector p[V] as float64: finite, non-negative, summing to 1 (within 1e-9)."""
+    arr = float_array(p, name)
+    if arr.ndim != 1 or arr.size == 0 or not np.isfinite(arr).all() or arr.min() < 0 or abs(arr.sum() - 1) > 1e-9:
+        raise ValueError(f"{name} must be a 1-D probability vector summing to 1; got {arr.tolist()}")
+    return arr
+
+
+def series(values: Any, name: str) -> np.ndarray:
+    """`values` as a non-empty 1-D float64 array; ValueError otherwise."""
+    arr = float_array(values, name)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array; got shape {arr.shape}")
     return arr
 
 
@@ -134,6 +204,37 @@ def round_columns(proposed: Any, accepted: Any, ended_in_draft: Any, logits_: An
     return p, a, e.astype(bool), z, d
 
 
+def calibration_split(z: Any, n_accepted: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A calibrator's fitting data: confidence logits z[N, gamma] (`logits`) and the accepted
+    drafts of the same N blocks (`accepted_counts`)."""
+    z = logits(z)
+    return z, accepted_counts(n_accepted, z.shape[1], blocks=z.shape[0])
+
+
+def fitted_logits(z: Any, gamma: int | None, who: str) -> np.ndarray:
+    """Logits z[N, gamma] or z[gamma] for a calibrator `who` fitted on `gamma` positions (None:
+    not fitted yet, a RuntimeError); ValueError when they are not logits of that width."""
+    if gamma is None:
+        raise RuntimeError(f"{who} is not fitted; call fit(z_cal, n_acc_cal) first")
+    z = logits(z, allow_1d=True)
+    if z.shape[-1] != gamma:
+        raise ValueError(f"{who} was fitted for gamma={gamma} positions; got logits with {z.shape[-1]} positions")
+    return z
+
+
+def weighted_values(y: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Values y[n] and their weights w[n] (None: all 1) as float64: non-empty, 1-D, of one
+    length, finite, the weights positive. ValueError otherwise."""
+    values = float_array(y, "y")
+    w = np.ones_like(values) if weights is None else float_array(weights, "weights")
+    if values.ndim != 1 or w.shape != values.shape or values.size == 0:
+        raise ValueError(f"y and weights must be non-empty 1-D arrays of equal length; got shapes "
+                         f"{values.shape} and {w.shape}")
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(w)) and w.min() > 0):
+        raise ValueError("y must be finite and weights finite and positive")
+    return values, w
+
+
 def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     """Predictions p (1-D probabilities in [0, 1]) and binary outcomes y of equal length, as
     float64 arrays; ValueError otherwise (the metrics of chapter 05)."""
@@ -158,7 +259,7 @@ def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def step_curve(sizes: Any, steps_per_second: Any, meta: Any, max_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """A step curve's columns (`scheduler.StepCurve`): batch sizes as int64, strictly increasing
+    """A step curve's columns (`stepcurve.StepCurve`): batch sizes as int64, strictly increasing
     from >= 1 up to `max_size`, and their positive finite rates as float64."""
     sizes = np.asarray(sizes)
     sps = np.asarray(steps_per_second, dtype=np.float64)
@@ -167,20 +268,34 @@ def step_curve(sizes: Any, steps_per_second: Any, meta: Any, max_size: int) -> t
     if sps.shape != sizes.shape:
         raise ValueError(f"sizes and steps_per_second must have the same length; got {sizes.size} sizes "
                          f"and {sps.size} rates")
-    if sizes.dtype.kind not in "iuf" or not np.array_equal(sizes, np.round(sizes)):
-        raise ValueError(f"batch sizes must be integers; got {sizes.tolist()}")
-    sizes = sizes.astype(np.int64)
+    sizes = integers(sizes, "batch sizes")
     if sizes[0] < 1:
         raise ValueError(f"batch sizes must be positive (>= 1); got {sizes.tolist()}")
     if np.any(np.diff(sizes) <= 0):
         raise ValueError(f"batch sizes must be strictly increasing, without duplicates; got {sizes.tolist()}")
     if sizes[-1] > max_size:
         raise ValueError(f"batch sizes up to {max_size} are supported; got {sizes[-1]}")
-    if not np.isfinite(sps).all() or np.any(sps <= 0):
-        raise ValueError(f"steps per second must be positive and finite; got {sps.tolist()}")
     if not isinstance(meta, dict):
         raise ValueError(f"meta must be a dict; got {type(meta).__name__}")
-    return sizes, sps
+    return sizes, positive_finite(sps, "steps per second")
+
+
+def batch_sizes(batch: Any, low: int, high: int) -> np.ndarray:
+    """Batch sizes B (a number or an array) as int64, each inside a step curve's profiled range
+    [low, high]; ValueError otherwise (the curve refuses to extrapolate)."""
+    b = integers(batch, "batch sizes")
+    outside = (b < low) | (b > high)
+    if np.any(outside):
+        raise ValueError(f"batch size(s) {np.unique(b[outside]).tolist()} outside the profiled range "
+                         f"[{low}, {high}]; StepCurve refuses to extrapolate: profile those sizes")
+    return b
+
+
+def requests_fit(requests: int, curve: Any) -> None:
+    """ValueError unless R requests, one anchor each, fit the step curve: min_batch <= R <= max_batch."""
+    if not curve.min_batch <= requests <= curve.max_batch:
+        raise ValueError(f"R = {requests} requests need a batch of at least {requests} tokens, but the step "
+                         f"curve covers [{curve.min_batch}, {curve.max_batch}]")
 
 
 # ----------------------------------------------------------------------------------------
@@ -194,22 +309,68 @@ def temperature(temperature: float) -> None:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
 
 
-def prompt(prompt_ids: Tensor) -> Tensor:
-    """A prompt [T] or [1, T] as a LongTensor [T]; ValueError when it is empty or of another shape."""
+def prompt(prompt_ids: Tensor, min_length: int = 1) -> Tensor:
+    """A prompt [T] or [1, T] as a LongTensor [T]; ValueError when it is empty, shorter than
+    `min_length` or of another shape."""
     if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
         prompt_ids = prompt_ids[0]
     if prompt_ids.dim() != 1:
         raise ValueError(f"prompt_ids must have shape [T] or [1, T], got {tuple(prompt_ids.shape)}")
     if prompt_ids.numel() == 0:
         raise ValueError("prompt_ids is empty; expected at least one token")
+    if prompt_ids.numel() < min_length:
+        raise ValueError(f"prompt_ids must hold at least {min_length} tokens, got {prompt_ids.numel()}")
     return prompt_ids.long()
+
+
+def prompt_batch(prompt_ids: Tensor) -> Tensor:
+    """Prompts [T] or [B, T] (T >= 1) as a LongTensor [B, T] (B = 1 for [T]); ValueError otherwise."""
+    if prompt_ids.dim() not in (1, 2) or prompt_ids.shape[-1] == 0:
+        raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
+    return prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
 
 
 def generation(max_new_tokens: int, temperature_: float) -> None:
     """ValueError unless max_new_tokens >= 1 and temperature >= 0."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    positive_int(max_new_tokens, "max_new_tokens")
     temperature(temperature_)
+
+
+def end_ids(eos_token_id: Any) -> tuple[int, ...]:
+    """The end-of-sequence ids as a tuple: None gives (), an int (id,), a sequence of ints its
+    ids in order without repeats. Qwen3's generation config lists two, 151645 (<|im_end|>) and
+    151643 (<|endoftext|>); generation stops at either."""
+    if eos_token_id is None:
+        return ()
+    values = eos_token_id.tolist() if isinstance(eos_token_id, Tensor) else eos_token_id
+    values = [values] if isinstance(values, (int, np.integer)) else values
+    values = [] if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else list(values)
+    is_id = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+    if not values or not all(is_id(v) for v in values):
+        raise ValueError(f"eos_token_id must be None, a token id >= 0 or a non-empty sequence of them, "
+                         f"got {eos_token_id!r}")
+    return tuple(dict.fromkeys(int(v) for v in values))
+
+
+def speculation(target_config: Any, drafter: Any, prompt_ids: Tensor, max_new_tokens: int, gamma: int,
+                temperature_: float) -> Tensor:
+    """The speculative engine's arguments (`speculative.speculative_generate`): the generation
+    length and temperature, gamma >= 1, a drafter over the target's vocabulary reading existing
+    target layers; returns the prompt as a LongTensor [T]."""
+    generation(max_new_tokens, temperature_)
+    positive_int(gamma, "gamma")
+    if drafter.vocab_size != target_config.vocab_size:
+        raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from the target's "
+                         f"{target_config.vocab_size}")
+    layer_ids(drafter.target_layer_ids, target_config.num_hidden_layers)
+    return prompt(prompt_ids)
+
+
+def draft_length(draft_gamma: int, gamma: int) -> None:
+    """ValueError unless a drafter asked for `gamma` tokens returned between 1 and gamma."""
+    if not 1 <= draft_gamma <= gamma:
+        raise ValueError(f"drafter returned {draft_gamma} draft tokens; expected between 1 and the {gamma} "
+                         "requested (fewer when it stops early, e.g. at an end id)")
 
 
 def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
