@@ -1,13 +1,14 @@
-"""Calibration of the confidence head: ECE, AUROC, Brier, reliability curves, and the
-calibrators that plug into the scheduler (chapter 05).
+"""Calibration of the confidence head: ECE, AUROC and Sequential Temperature Scaling (STS),
+paper section 3.2.1; chapter 05 of the book builds and measures them.
 
-Paper section 3.2.1. The confidence head outputs, for every drafted position k = 1..gamma,
-a logit z_k with c_k = sigmoid(z_k) = sigmoid(w^T [h_k; W1[x_{k-1}]]) (Eq. 7): the
-probability that token k survives verification GIVEN all earlier tokens of the block survived
-(trained against the soft label 1 - TV of Eq. 8). The scheduler uses the predicted prefix
-survival a_k = prod_{i<=k} c_i (`record.predicted_survival`). Sequential Temperature Scaling
-(STS) recalibrates the head on a held-out split; Figure 6 reports raw AUROC 0.81-0.91 and ECE
-3-8%, and ECE about 1% after STS.
+The confidence head outputs, for every drafted position k = 1..gamma, a logit z_k with
+c_k = sigmoid(z_k) = sigmoid(w^T [h_k; W1[x_{k-1}]]) (Eq. 7): the probability that token k
+survives verification GIVEN all earlier tokens of the block survived (trained against the soft
+label 1 - TV of Eq. 8). The scheduler uses the predicted prefix survival
+a_k = prod_{i<=k} c_i (`record.predicted_survival`). STS recalibrates the head on a held-out
+split; Figure 6 reports raw AUROC 0.81-0.91 and ECE 3-8%, and ECE about 1% after STS. The
+baselines STS is measured against (per-position temperature scaling, isotonic regression) and
+the static-threshold sweep of Figure 5 live here too.
 
 Data convention. One row per drafted block, all with the same gamma (`record.Rounds.full_blocks`):
   z[N, gamma]   the head's logits (c = sigmoid(z) where a probability is needed);
@@ -18,6 +19,8 @@ position k lives only on blocks that reached k (n_acc >= k - 1) and is again n_a
 The metrics take probabilities. Every calibrator has `fit(z_cal, n_acc_cal) -> self` and
 `transform(z) -> z'`, new logits, so that a calibrated record is a record like any other
 (`Rounds.with_logits`) and the scheduler reads calibrated and raw confidences identically.
+Validation happens at the doors (the metrics, each calibrator's `fit` and `transform`), through
+`checks`.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from .record import logit, predicted_survival, sigmoid
 
 class CalibrationWarning(UserWarning):
     """A degenerate calibration input (a position nobody reached, a single outcome class);
-    the computation went on with a documented fallback (chapter 05)."""
+    the computation went on with a documented fallback."""
 
 
 def _warn(message: str) -> None:
@@ -42,27 +45,23 @@ def _warn(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Observed survival, splits, synthetic rollouts
+# Observed survival and the calibration / test split
 # ----------------------------------------------------------------------------------------
 
 
 def survival_targets(n_accepted: Any, gamma: int) -> np.ndarray:
-    """Observed prefix survival s[N, gamma]: s[n, k-1] = (n_accepted[n] >= k) (chapter 05).
+    """Observed prefix survival s[N, gamma]: s[n, k-1] = (n_accepted[n] >= k).
     `n_accepted` must hold integers in 0..gamma; ValueError otherwise."""
     counts = checks.accepted_counts(n_accepted, gamma)
     return counts[:, None] >= np.arange(1, gamma + 1)[None, :]
 
 
 def split_calibration_test(n: int, fraction: float = 0.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic split of n blocks into (calibration, test) index arrays, each sorted;
-    round(fraction * n) blocks go to calibration (chapter 05)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an integer >= 2 (blocks to split); got {n!r}")
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"fraction must lie in (0, 1); got {fraction!r}")
-    n_cal = int(round(fraction * n))
-    if not 0 < n_cal < n:
-        raise ValueError(f"fraction={fraction} of n={n} leaves one side empty; expected both non-empty")
+    """Deterministic split of n >= 2 blocks into (calibration, test) index arrays, each sorted;
+    round(fraction * n) blocks go to calibration, and neither side may be empty."""
+    n = checks.positive_int(n, "n (blocks to split)", minimum=2)
+    n_cal = round(checks.in_interval(fraction, "fraction", 0.0, 1.0, closed=False) * n)
+    checks.in_interval(n_cal, f"the calibration side of {fraction} x {n} blocks", 0, n, closed=False)
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[:n_cal]), np.sort(order[n_cal:])
 
@@ -77,27 +76,23 @@ def _bin_index(p: np.ndarray, bins: int) -> np.ndarray:
     return np.minimum((p * bins).astype(np.intp), bins - 1)
 
 
-def _ece_unchecked(p: np.ndarray, y: np.ndarray, bins: int) -> float:
-    idx = _bin_index(p, bins)
-    gap = np.bincount(idx, weights=y - p, minlength=bins)
+def ece(p: Any, y: Any, bins: int = 15) -> float:
+    """Expected calibration error: equal-width bins on [0, 1]; the mean over non-empty bins of
+    |mean(y) - mean(p)|, weighted by the bin's share of samples."""
+    p, y = checks.outcomes(p, y)
+    bins = checks.positive_int(bins, "bins")
+    gap = np.bincount(_bin_index(p, bins), weights=y - p, minlength=bins)  # [bins] sum of y - p per bin
     return float(np.abs(gap).sum() / p.size)
 
 
-def ece(p: Any, y: Any, bins: int = 15) -> float:
-    """Expected calibration error (chapter 05): equal-width bins on [0, 1]; the mean over
-    non-empty bins of |mean(y) - mean(p)|, weighted by the bin's share of samples."""
-    pred, out = checks.outcomes(p, y)
-    return _ece_unchecked(pred, out, checks.positive_int(bins, "bins"))
-
-
 def brier(p: Any, y: Any) -> float:
-    """Brier score mean((p - y)^2) (chapter 05); 0 is perfect, 0.25 is a constant 0.5."""
-    pred, out = checks.outcomes(p, y)
-    return float(np.mean((pred - out) ** 2))
+    """Brier score mean((p - y)^2); 0 is perfect, 0.25 is a constant 0.5."""
+    p, y = checks.outcomes(p, y)
+    return float(np.mean((p - y) ** 2))
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
-    """1-based ranks of x, tied values sharing the mean of their ranks (chapter 05)."""
+    """1-based ranks of x, tied values sharing the mean of their ranks."""
     order = np.argsort(x, kind="mergesort")
     ordered = x[order]
     starts_group = np.r_[True, ordered[1:] != ordered[:-1]]
@@ -110,24 +105,24 @@ def average_ranks(x: np.ndarray) -> np.ndarray:
 
 
 def auroc(p: Any, y: Any) -> float:
-    """Area under the ROC curve (chapter 05), via Mann-Whitney: the chance that a random
-    positive outranks a random negative, ties counting one half (average ranks). Returns
-    nan, with a CalibrationWarning, when y holds only one class."""
-    pred, out = checks.outcomes(p, y)
-    n_pos = int(out.sum())
-    n_neg = out.size - n_pos
+    """Area under the ROC curve, via Mann-Whitney: the chance that a random positive outranks
+    a random negative, ties counting one half (average ranks). Returns nan, with a
+    CalibrationWarning, when y holds only one class."""
+    p, y = checks.outcomes(p, y)
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
     if n_pos == 0 or n_neg == 0:
         _warn(f"AUROC is undefined when outcomes hold one class only ({n_pos} positives, "
               f"{n_neg} negatives); returning nan")
         return float("nan")
-    rank_sum = average_ranks(pred)[out == 1].sum()
+    rank_sum = average_ranks(p)[y == 1].sum()
     return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
 @dataclass
 class ReliabilityCurve:
-    """A reliability diagram's data (chapter 05): per equal-width bin, its centre, the mean
-    prediction and the observed frequency (nan for empty bins), and the sample count."""
+    """A reliability diagram's data: per equal-width bin, its centre, the mean prediction and
+    the observed frequency (nan for empty bins), and the sample count."""
 
     bin_centers: np.ndarray
     mean_predicted: np.ndarray
@@ -135,14 +130,14 @@ class ReliabilityCurve:
     counts: np.ndarray
 
     def to_frame(self) -> pd.DataFrame:
-        """The curve as a DataFrame, one row per bin (chapter 05)."""
+        """The curve as a DataFrame, one row per bin."""
         return pd.DataFrame({"bin_center": self.bin_centers, "mean_predicted": self.mean_predicted,
                              "observed_frequency": self.observed_frequency, "count": self.counts})
 
 
 def reliability_curve(p: Any, y: Any, bins: int = 10) -> ReliabilityCurve:
     """Bin predictions into `bins` equal-width bins and return, per bin, the mean prediction
-    against the observed frequency of y (chapter 05)."""
+    against the observed frequency of y."""
     pred, out = checks.outcomes(p, y)
     bins = checks.positive_int(bins, "bins")
     idx = _bin_index(pred, bins)
@@ -154,50 +149,40 @@ def reliability_curve(p: Any, y: Any, bins: int = 10) -> ReliabilityCurve:
     return ReliabilityCurve(centers, mean_p, freq, counts)
 
 
-def _auroc_quiet(p: np.ndarray, y: np.ndarray) -> float:
-    if y.min() == y.max():
-        return float("nan")
-    return auroc(p, y)
+def _scores(p: np.ndarray, y: np.ndarray, bins: int, prefix: str) -> dict[str, float]:
+    """ECE, AUROC and Brier of predictions p against outcomes y, named `prefix`_ece and so on;
+    AUROC is nan (quietly: the caller lists it) unless y holds both outcomes."""
+    if p.size == 0:
+        return {f"{prefix}_{name}": float("nan") for name in ("ece", "auroc", "brier")}
+    both = 0 < y.sum() < y.size
+    return {f"{prefix}_ece": ece(p, y, bins), f"{prefix}_auroc": auroc(p, y) if both else float("nan"),
+            f"{prefix}_brier": brier(p, y)}
 
 
 def per_position_metrics(c: Any, n_accepted: Any, bins: int = 15) -> pd.DataFrame:
-    """One row per position k = 1..gamma (chapter 05). `prefix_*` columns score
-    a_k = prod_{i<=k} c_i against s_k = (n_acc >= k) on all blocks; `conditional_*` columns
-    score the raw c_k against n_acc >= k on the blocks that reached k (n_acc >= k - 1).
-    Undefined entries are nan; one CalibrationWarning lists them."""
-    conf = checks.confidences(c)
-    counts = checks.accepted_counts(n_accepted, conf.shape[1], blocks=conf.shape[0])
+    """One row per position k = 1..gamma. `prefix_*` columns score a_k = prod_{i<=k} c_i
+    against s_k = (n_acc >= k) on all blocks; `conditional_*` columns score the raw c_k against
+    n_acc >= k on the blocks that reached k (n_acc >= k - 1). Undefined entries are nan; one
+    CalibrationWarning lists them."""
+    c = checks.confidences(c)
+    n_acc = checks.accepted_counts(n_accepted, c.shape[1], blocks=c.shape[0])
     bins = checks.positive_int(bins, "bins")
-    survival, a = survival_targets(counts, conf.shape[1]).astype(float), predicted_survival(conf)
-    rows, undefined = [], []
-    for k in range(1, conf.shape[1] + 1):
-        reached = counts >= k - 1
-        row = {"position": k, "survival_rate": survival[:, k - 1].mean(),
-               "prefix_mean_predicted": a[:, k - 1].mean(),
-               "prefix_ece": _ece_unchecked(a[:, k - 1], survival[:, k - 1], bins),
-               "prefix_auroc": _auroc_quiet(a[:, k - 1], survival[:, k - 1]),
-               "prefix_brier": brier(a[:, k - 1], survival[:, k - 1]),
-               "n_reached": int(reached.sum())}
-        row.update(_conditional_row(conf[reached, k - 1], counts[reached] >= k, bins))
-        undefined += [f"{name} at k={k}" for name in ("prefix_auroc", "conditional_auroc")
-                      if np.isnan(row[name])]
-        rows.append(row)
+    s, a = survival_targets(n_acc, c.shape[1]).astype(float), predicted_survival(c)  # [N, gamma] each
+    rows = []
+    for k in range(1, c.shape[1] + 1):
+        reached = n_acc >= k - 1  # [N] the blocks that drafted position k
+        y = (n_acc[reached] >= k).astype(float)  # position k's conditional outcome
+        rows.append({"position": k, "survival_rate": s[:, k - 1].mean(), "prefix_mean_predicted": a[:, k - 1].mean(),
+                     **_scores(a[:, k - 1], s[:, k - 1], bins, "prefix"), "n_reached": int(reached.sum()),
+                     "conditional_acceptance": y.mean() if y.size else float("nan"),
+                     "conditional_mean_confidence": c[reached, k - 1].mean() if y.size else float("nan"),
+                     **_scores(c[reached, k - 1], y, bins, "conditional")})
+    undefined = [f"{name} at k={row['position']}" for row in rows for name in ("prefix_auroc", "conditional_auroc")
+                 if np.isnan(row[name])]
     if undefined:
         _warn("per_position_metrics: undefined (one outcome class or no block reached the "
               "position), set to nan: " + ", ".join(undefined))
     return pd.DataFrame(rows)
-
-
-def _conditional_row(c_k: np.ndarray, y: np.ndarray, bins: int) -> dict[str, float]:
-    """The conditional_* metrics of one position's reached blocks (all nan if none)."""
-    if c_k.size == 0:
-        names = ("conditional_acceptance", "conditional_mean_confidence", "conditional_ece",
-                 "conditional_auroc", "conditional_brier")
-        return {name: float("nan") for name in names}
-    y = y.astype(float)
-    return {"conditional_acceptance": y.mean(), "conditional_mean_confidence": c_k.mean(),
-            "conditional_ece": _ece_unchecked(c_k, y, bins), "conditional_auroc": _auroc_quiet(c_k, y),
-            "conditional_brier": brier(c_k, y)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -206,31 +191,23 @@ def _conditional_row(c_k: np.ndarray, y: np.ndarray, bins: int) -> dict[str, flo
 
 
 def temperature_scale(z: np.ndarray, temperature: float | np.ndarray) -> np.ndarray:
-    """sigmoid(z / T): the confidence a temperature T gives a logit z (chapter 05). Strictly
-    increasing in z for any T > 0, so it keeps every ranking by one position's confidence."""
+    """sigmoid(z / T): the confidence a temperature T gives a logit z. Strictly increasing in z
+    for any T > 0, so it keeps every ranking by one position's confidence."""
     return sigmoid(z / temperature)
 
 
 def default_temperature_grid() -> np.ndarray:
-    """201 log-spaced temperatures from 0.05 to 20 (chapter 05): 20 ** linspace(-1, 1, 201),
-    a ratio of about 1.03 between neighbours, with T = 1 exactly at the centre."""
+    """201 log-spaced temperatures from 0.05 to 20: 20 ** linspace(-1, 1, 201), a ratio of about
+    1.03 between neighbours, with T = 1 exactly at the centre."""
     return 20.0 ** np.linspace(-1.0, 1.0, 201)
 
 
-def _validate_grid(grid: Any) -> np.ndarray:
-    arr = checks.float_array(grid, "grid")
-    if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or arr.min() <= 0:
-        raise ValueError(f"grid must be a non-empty 1-D array of finite positive temperatures; got {grid!r}")
-    # Search in order of |log T|: among equal-ECE temperatures the one nearest 1 wins.
-    return arr[np.argsort(np.abs(np.log(arr)), kind="mergesort")]
-
-
-def _degenerate(counts: np.ndarray, k: int) -> str | None:
+def _degenerate(n_acc: np.ndarray, k: int) -> str | None:
     """Why position k's conditional outcomes cannot be calibrated, or None if they can."""
-    reached = counts >= k - 1
+    reached = n_acc >= k - 1
     if not reached.any():
         return "no block reached it"
-    accepted = counts[reached] >= k
+    accepted = n_acc[reached] >= k
     if accepted.all():
         return f"no rejections (all {int(reached.sum())} blocks that reached it accepted it)"
     if not accepted.any():
@@ -239,37 +216,17 @@ def _degenerate(counts: np.ndarray, k: int) -> str | None:
 
 
 class Calibrator:
-    """Shared shape of the calibrators (chapter 05): `fit(z_cal, n_acc_cal)` returns self,
-    `transform(z)` maps logits z[N, gamma] (or one block's z[gamma]) to calibrated logits of
-    the same shape. `fallback_positions_` lists the 1-based positions whose calibration split
-    was degenerate and were left unchanged."""
+    """What the calibrators share: `fit(z_cal, n_acc_cal)` returns self, `transform(z)` maps
+    logits z[N, gamma] (or one block's z[gamma]) to calibrated logits of the same shape.
+    `fallback_positions_` lists the 1-based positions whose calibration split was degenerate
+    and were left unchanged."""
 
     gamma_: int | None = None
     fallback_positions_: list[int]
 
-    def fit(self, z_cal: Any, n_acc_cal: Any) -> "Calibrator":
-        """Fit on a calibration split of logits z_cal[N, gamma] and n_acc_cal[N]; returns self
-        (chapter 05)."""
-        z = checks.logits(z_cal)
-        counts = checks.accepted_counts(n_acc_cal, z.shape[1], blocks=z.shape[0])
-        self.gamma_, self.fallback_positions_ = z.shape[1], []
-        self._fit(z, counts)
-        return self
-
-    def transform(self, z: Any) -> np.ndarray:
-        """Calibrated logits, same shape as z[N, gamma] or z[gamma] (chapter 05); the calibrated
-        confidences are their sigmoid."""
-        z = checks.logits(z, allow_1d=True)
-        if self.gamma_ is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(z_cal, n_acc_cal) first")
-        if z.shape[-1] != self.gamma_:
-            raise ValueError(f"{type(self).__name__} was fitted for gamma={self.gamma_} positions; "
-                             f"got logits with {z.shape[-1]} positions")
-        return self._transform(z.reshape(-1, self.gamma_)).reshape(z.shape)
-
-    def _check_position(self, counts: np.ndarray, k: int, fallback: str) -> bool:
+    def _fittable(self, n_acc: np.ndarray, k: int, fallback: str) -> bool:
         """True if position k can be fitted; otherwise warn, record it, and return False."""
-        reason = _degenerate(counts, k)
+        reason = _degenerate(n_acc, k)
         if reason is None:
             return True
         self.fallback_positions_.append(k)
@@ -277,33 +234,31 @@ class Calibrator:
               f"falling back to {fallback} for position {k}")
         return False
 
-    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def _transform(self, z: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
 
 class _TemperatureCalibrator(Calibrator):
-    """Per-position temperatures T_k: the calibrated logit is z_k / T_k."""
+    """Per-position temperatures T_k: the calibrated logit is z_k / T_k, searched on a grid
+    (default: `default_temperature_grid()`) by the ECE in `bins` bins."""
 
     def __init__(self, grid: Any = None, bins: int = 15) -> None:
-        self.grid = _validate_grid(default_temperature_grid() if grid is None else grid)
+        grid = checks.positive_finite(default_temperature_grid() if grid is None else grid, "grid").ravel()
+        checks.positive_int(grid.size, "the number of grid temperatures")
+        self.grid = grid[np.argsort(np.abs(np.log(grid)), kind="mergesort")]  # |log T| order: ties go to T nearest 1
         self.bins = checks.positive_int(bins, "bins")
         self.temperatures_: np.ndarray | None = None
 
-    def _transform(self, z: np.ndarray) -> np.ndarray:
-        return z / self.temperatures_[None, :]
-
-    def _best_temperature(self, logits: np.ndarray, prior: np.ndarray | float, target: np.ndarray) -> float:
-        """The grid temperature minimising ECE(prior * sigmoid(logits / T), target)."""
-        errors = [_ece_unchecked(prior * temperature_scale(logits, t), target, self.bins)
-                  for t in self.grid]
+    def best_temperature(self, z_k: np.ndarray, prior: np.ndarray | float, target: np.ndarray) -> float:
+        """The grid temperature T minimising ECE(prior * sigmoid(z_k / T), target)."""
+        errors = [ece(prior * temperature_scale(z_k, t), target, self.bins) for t in self.grid]
         return float(self.grid[int(np.argmin(errors))])
+
+    def transform(self, z: Any) -> np.ndarray:
+        """Calibrated logits z_k / T_k, the shape of z[N, gamma] or z[gamma]; their sigmoid is
+        the calibrated confidence."""
+        return checks.fitted_logits(z, self.gamma_, type(self).__name__) / self.temperatures_
 
 
 class SequentialTemperatureScaling(_TemperatureCalibrator):
-    """Sequential Temperature Scaling, the paper's STS (section 3.2.1; chapter 05).
+    """Sequential Temperature Scaling, the paper's STS (section 3.2.1).
 
     For k = 1..gamma in order, with T_1..T_{k-1} already fixed, a 1-D grid search over
     `grid` (default: `default_temperature_grid()`, 201 log-spaced T in 0.05..20) picks the
@@ -321,45 +276,47 @@ class SequentialTemperatureScaling(_TemperatureCalibrator):
     the dominance order survives: if c_i(A) >= c_i(B) for all i <= k then a_k(A) >= a_k(B).
     """
 
-    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
-        survival = survival_targets(counts, z.shape[1]).astype(float)
-        temperatures, prior = np.ones(z.shape[1]), np.ones(z.shape[0])
-        for k in range(1, z.shape[1] + 1):
-            if self._check_position(counts, k, "T = 1"):
-                temperatures[k - 1] = self._best_temperature(z[:, k - 1], prior, survival[:, k - 1])
-            prior = prior * temperature_scale(z[:, k - 1], temperatures[k - 1])
-        self.temperatures_ = temperatures
+    def fit(self, z_cal: Any, n_acc_cal: Any) -> "SequentialTemperatureScaling":
+        """Fit T_1..T_gamma in order on a calibration split: the head's logits z_cal[N, gamma]
+        and the accepted drafts n_acc_cal[N] of the same blocks. Returns self."""
+        z, n_acc = checks.calibration_split(z_cal, n_acc_cal)
+        self.gamma_, self.fallback_positions_ = z.shape[1], []
+        s = survival_targets(n_acc, self.gamma_).astype(float)  # [N, gamma] s_k = (n_acc >= k)
+        self.temperatures_ = np.ones(self.gamma_)  # T_k = 1 stays where position k is degenerate
+        a = np.ones(len(z))  # [N] a_{k-1} with T_1..T_{k-1} fixed; a_0 = 1
+        for k in range(1, self.gamma_ + 1):
+            if self._fittable(n_acc, k, "T = 1"):
+                self.temperatures_[k - 1] = self.best_temperature(z[:, k - 1], a, s[:, k - 1])  # min ECE(a_k, s_k)
+            a = a * temperature_scale(z[:, k - 1], self.temperatures_[k - 1])  # a_k = a_{k-1} * c_k
+        return self
 
 
 class PerPositionTemperatureScaling(_TemperatureCalibrator):
-    """Plain per-position temperature scaling, the baseline STS is compared with (chapter 05).
+    """Plain per-position temperature scaling, the baseline STS is compared with.
 
     Each T_k is fitted independently by grid search (same grid as STS), minimising the ECE of
     sigmoid(z_k / T_k) against the conditional acceptance n_acc >= k on the blocks
     that reached k (n_acc >= k - 1). Degenerate positions fall back to T_k = 1 with a
     CalibrationWarning. Like STS, it preserves the per-position ranking of c_k."""
 
-    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
-        temperatures = np.ones(z.shape[1])
-        for k in range(1, z.shape[1] + 1):
-            if self._check_position(counts, k, "T = 1"):
-                reached = counts >= k - 1
-                target = (counts[reached] >= k).astype(float)
-                temperatures[k - 1] = self._best_temperature(z[reached, k - 1], 1.0, target)
-        self.temperatures_ = temperatures
+    def fit(self, z_cal: Any, n_acc_cal: Any) -> "PerPositionTemperatureScaling":
+        """Fit each T_k on its own: logits z_cal[N, gamma], accepted drafts n_acc_cal[N]. Returns self."""
+        z, n_acc = checks.calibration_split(z_cal, n_acc_cal)
+        self.gamma_, self.fallback_positions_ = z.shape[1], []
+        self.temperatures_ = np.ones(self.gamma_)
+        for k in range(1, self.gamma_ + 1):
+            if self._fittable(n_acc, k, "T = 1"):
+                reached = n_acc >= k - 1  # [N] the blocks that drafted position k
+                accepted = (n_acc[reached] >= k).astype(float)
+                self.temperatures_[k - 1] = self.best_temperature(z[reached, k - 1], 1.0, accepted)
+        return self
 
 
 def pool_adjacent_violators(y: Any, weights: Any = None) -> np.ndarray:
-    """Pool-adjacent-violators (chapter 05): the non-decreasing sequence closest to y in
-    weighted least squares, for y already ordered by the predictor. Adjacent values that
-    violate monotonicity are pooled into their weighted mean until none do."""
-    values = checks.float_array(y, "y")
-    w = np.ones_like(values) if weights is None else checks.float_array(weights, "weights")
-    if values.ndim != 1 or w.shape != values.shape or values.size == 0:
-        raise ValueError(f"y and weights must be non-empty 1-D arrays of equal length; got shapes "
-                         f"{values.shape} and {w.shape}")
-    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(w)) and w.min() > 0):
-        raise ValueError("y must be finite and weights finite and positive")
+    """Pool-adjacent-violators: the non-decreasing sequence closest to y in weighted least
+    squares, for y already ordered by the predictor. Adjacent values that violate
+    monotonicity are pooled into their weighted mean until none do."""
+    values, w = checks.weighted_values(y, weights)
     means, sums, sizes = [], [], []  # one entry per pooled block: mean, weight, length
     for value, weight in zip(values, w):
         means.append(value), sums.append(weight), sizes.append(1)
@@ -372,7 +329,7 @@ def pool_adjacent_violators(y: Any, weights: Any = None) -> np.ndarray:
 
 
 class IsotonicCalibration(Calibrator):
-    """Per-position isotonic regression of the conditional acceptance on c_k (chapter 05).
+    """Per-position isotonic regression of the conditional acceptance on c_k.
 
     For each k, on the blocks that reached k: ties in c_k are merged (their mean outcome,
     weighted by count), `pool_adjacent_violators` makes the outcome non-decreasing in c_k,
@@ -382,29 +339,33 @@ class IsotonicCalibration(Calibrator):
     Degenerate positions keep z_k unchanged (identity) with a CalibrationWarning."""
 
     def __init__(self, eps: float = 1e-4) -> None:
-        if not 0.0 < eps < 0.5:
-            raise ValueError(f"eps must lie in (0, 0.5); got {eps!r}")
-        self.eps = float(eps)
+        self.eps = checks.in_interval(eps, "eps", 0.0, 0.5, closed=False)
         self.knots_: list[tuple[np.ndarray, np.ndarray] | None] = []
 
-    def _fit(self, z: np.ndarray, counts: np.ndarray) -> None:
-        conf = sigmoid(z)
-        self.knots_ = []
-        for k in range(1, conf.shape[1] + 1):
-            if not self._check_position(counts, k, "the identity"):
+    def fit(self, z_cal: Any, n_acc_cal: Any) -> "IsotonicCalibration":
+        """Fit one monotone map per position: logits z_cal[N, gamma], accepted drafts n_acc_cal[N].
+        Returns self."""
+        z, n_acc = checks.calibration_split(z_cal, n_acc_cal)
+        self.gamma_, self.fallback_positions_, self.knots_ = z.shape[1], [], []
+        c = sigmoid(z)  # [N, gamma]
+        for k in range(1, self.gamma_ + 1):
+            if not self._fittable(n_acc, k, "the identity"):
                 self.knots_.append(None)
                 continue
-            reached = counts >= k - 1
-            x, inverse = np.unique(conf[reached, k - 1], return_inverse=True)
+            reached = n_acc >= k - 1  # [N] the blocks that drafted position k
+            x, inverse = np.unique(c[reached, k - 1], return_inverse=True)  # distinct c_k
             n = np.bincount(inverse)
-            mean_y = np.bincount(inverse, weights=(counts[reached] >= k).astype(float)) / n
+            mean_y = np.bincount(inverse, weights=(n_acc[reached] >= k).astype(float)) / n
             self.knots_.append((x, pool_adjacent_violators(mean_y, n)))
+        return self
 
-    def _transform(self, z: np.ndarray) -> np.ndarray:
+    def transform(self, z: Any) -> np.ndarray:
+        """Calibrated logits, the shape of z[N, gamma] or z[gamma]."""
+        z = checks.fitted_logits(z, self.gamma_, type(self).__name__)
         out = z.copy()
-        for k, knots in enumerate(self.knots_):
+        for k, knots in enumerate(self.knots_):  # None: a degenerate position, left as it is
             if knots is not None:
-                out[:, k] = logit(np.clip(np.interp(sigmoid(z[:, k]), *knots), self.eps, 1 - self.eps))
+                out[..., k] = logit(np.clip(np.interp(sigmoid(z[..., k]), *knots), self.eps, 1 - self.eps))
         return out
 
 
@@ -414,18 +375,17 @@ class IsotonicCalibration(Calibrator):
 
 
 def threshold_lengths(c: Any, threshold: float, cumulative: bool = False) -> np.ndarray:
-    """Draft lengths l[N] a static threshold keeps (chapter 05): each block is cut before its
+    """Draft lengths l[N] a static threshold keeps: each block is cut before its
     first position whose confidence c_k (or, with `cumulative`, whose survival a_k) is below
     `threshold`, as DeepSpec's evaluation does; a threshold of 0 keeps every block whole."""
     conf = checks.confidences(c)
-    if not np.isfinite(threshold) or not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must lie in [0, 1]; got {threshold}")
+    threshold = checks.in_interval(threshold, "threshold", 0.0, 1.0)
     below = (predicted_survival(conf) if cumulative else conf) < threshold
     return np.where(below.any(axis=1), below.argmax(axis=1), conf.shape[1])
 
 
 def threshold_sweep(c: Any, n_accepted: Any, thresholds: Sequence[float], cumulative: bool = False) -> pd.DataFrame:
-    """Figure 5 from recorded rollouts (chapter 05): per threshold, the mean accepted and
+    """Figure 5 from recorded rollouts: per threshold, the mean accepted and
     rejected draft tokens per round when each block is cut by `threshold_lengths`, the
     acceptance rate (accepted / verified drafts; NaN if nothing is drafted), tau (accepted + 1
     per round) and the tokens verified per round (drafts + 1). A block's acceptance does not
