@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lite.scheduler import StepCurve, schedule  # noqa: E402
+from dspark_lite.scheduler import schedule  # noqa: E402
+from dspark_lite.stepcurve import StepCurve  # noqa: E402
 
 
 def main() -> None:

@@ -12,9 +12,10 @@ from dspark_lite.harness.batching import (
     PACKED_ATTENTION, PackedBatch, batched_verify, batched_verify_logits, pack_layout, packed_model,
     packed_verify_logits, profile_varlen_step_curves, real_step_throughput, time_batched_step, time_packed_step,
 )
-from dspark_lite.scheduler import StepCurve
+from dspark_lite.stepcurve import StepCurve
 from dspark_lite.record import Rounds, logit
-from dspark_lite.speculative import Draft, autoregressive_generate, verify_block
+from dspark_lite.baselines import autoregressive_generate
+from dspark_lite.speculative import Draft, verify_block
 from test_drafters import VOCAB, tiny_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,7 +12,7 @@ from dspark_lite.harness.costs import (
     save_step_curve, save_step_curves, spread_tokens,
 )
 from dspark_lite.harness.serving import curve_at
-from dspark_lite.scheduler import StepCurve
+from dspark_lite.stepcurve import StepCurve
 from test_drafters import tiny_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -14,7 +14,7 @@ import pytest
 from dspark_lite import calibration, scheduler
 from dspark_lite.harness import engines
 from dspark_lite.record import sigmoid
-from dspark_lite.scheduler import StepCurve
+from dspark_lite.stepcurve import StepCurve
 
 
 class SglangSps:

@@ -14,6 +14,7 @@ import pytest
 
 from dspark_lite import calibration, scheduler
 from dspark_lite.harness import interactive
+from dspark_lite.stepcurve import StepCurve
 from dspark_lite.harness.serving import resolve_scheduler
 from dspark_lite.record import Rounds, sigmoid
 from synthetic import synthetic_rollouts
@@ -73,7 +74,7 @@ def test_load_states_are_what_the_schedulers_give():
     rng = np.random.default_rng(7)  # the blocks each R drew, in the same order
     blocks = {R: c[rng.integers(0, len(c), size=R)] for R in (2, 8)}
     for (R, knee, slope), group in states.groupby(["R", "knee", "slope"]):
-        curve = scheduler.StepCurve.analytic(64, int(knee), slope=float(slope))
+        curve = StepCurve.analytic(64, int(knee), slope=float(slope))
         for name, row in group.set_index("scheduler").iterrows():
             lengths = resolve_scheduler(name)[1](blocks[R], blocks[R], curve)
             assert row["theta"] == pytest.approx(scheduler.expected_throughput(blocks[R], lengths, curve))

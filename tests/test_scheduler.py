@@ -1,17 +1,14 @@
 """Tests for dspark_lite.scheduler (chapter 06): Algorithm 1, its baselines, and losslessness."""
-import json
-
 import numpy as np
 import pytest
 from reference import chi_square_p_value
 
+from dspark_lite.harness.scheduler_studies import APPENDIX_A_CURVE, brute_force_optimum, speculative_first_token
 from dspark_lite.scheduler import (
-    APPENDIX_A_CURVE, SCHEDULERS, StepCurve, appendix_a_asynchronous, appendix_a_confidences,
-    appendix_a_monte_carlo, asynchronous_schedule, brute_force_optimum, brute_force_study, expected_throughput,
-    fixed_length,
-    global_search, is_unimodal, mtp1, prefix_throughputs, random_step_curve, schedule, schedule_reference,
-    schedule_trials, speculative_first_token, static_threshold, survival,
+    SCHEDULERS, asynchronous_schedule, expected_throughput, fixed_length, global_search, mtp1, prefix_thetas,
+    prefix_throughputs, schedule, schedule_reference, schedule_trials, static_threshold, survival,
 )
+from dspark_lite.stepcurve import StepCurve
 
 
 def random_confidences(rng, requests, gamma):
@@ -57,109 +54,16 @@ def test_survival_is_the_cumulative_product_and_never_increases():
     ([[float("inf")]], r"must be finite"),
     (np.zeros((0, 3)), r"at least one block and one position; got shape \(0, 3\)"),
     (np.zeros((2, 0)), r"at least one block and one position; got shape \(2, 0\)"),
-    ([0.5, 0.5], r"must be 2-D"),
+    ([0.5, 0.5], r"must have shape \(N, gamma\)"),
     ([["x"]], r"must be numeric"),
 ])
+
+
 def test_bad_confidences_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         survival(bad)
     with pytest.raises(ValueError, match=message):
         schedule(bad, StepCurve.analytic(8, 4))
-
-
-# ----------------------------------------------------------------------------- step curve
-
-
-def test_step_curve_is_exact_at_sizes_linear_between_and_refuses_outside():
-    curve = StepCurve((2, 4, 8), (1.0, 0.8, 0.4))
-    assert curve.sps(4) == 0.8 and curve.sps(8) == 0.4
-    np.testing.assert_allclose(curve.sps(np.array([2, 3, 6])), [1.0, 0.9, 0.6])
-    with pytest.raises(ValueError, match=r"\[1, 9\] outside the profiled range \[2, 8\].*extrapolate"):
-        curve.sps(np.array([1, 5, 9]))
-    with pytest.raises(ValueError, match="integers"):
-        curve.sps(2.5)
-
-
-@pytest.mark.parametrize("sizes, rates, message", [
-    ((1, 2), (1.0, -0.5), "positive and finite"),
-    ((1, 2), (1.0, 0.0), "positive and finite"),
-    ((1, 2), (1.0, float("inf")), "positive and finite"),
-    ((1, 2, 3), (1.0, 0.5), "same length"),
-    ((2, 1), (1.0, 0.5), "strictly increasing"),
-    ((1, 1), (1.0, 0.5), "strictly increasing"),
-    ((0, 1), (1.0, 0.5), "positive"),
-    ((1.5, 2), (1.0, 0.5), "integers"),
-    ((), (), "non-empty"),
-])
-def test_bad_step_curves_are_refused(sizes, rates, message):
-    with pytest.raises(ValueError, match=message):
-        StepCurve(sizes, rates)
-
-
-def test_step_curve_constructors_and_json_round_trip():
-    curve = StepCurve.from_latencies([1, 2, 4], [0.01, 0.02, 0.05], meta={"device": "cpu"})
-    np.testing.assert_allclose(curve.steps_per_second, [100.0, 50.0, 20.0])
-    again = StepCurve.from_dict(json.loads(json.dumps(curve.to_dict())))
-    assert again == curve and again.meta == {"device": "cpu"}
-    with pytest.raises(ValueError, match="positive and finite"):
-        StepCurve.from_latencies([1, 2], [0.01, float("nan")])
-    with pytest.raises(ValueError, match="missing"):
-        StepCurve.from_dict({"sizes": [1]})
-    synthetic = StepCurve.analytic(16, knee=4, base_sps=2.0)
-    assert synthetic.meta["kind"] == "synthetic"
-    np.testing.assert_allclose(synthetic.sps(np.array([1, 4, 8, 16])), [2.0, 2.0, 1.0, 0.5])
-
-
-def test_analytic_slope_steepens_the_compute_bound_part():
-    steep = StepCurve.analytic(16, knee=4, base_sps=2.0, slope=2.0)
-    np.testing.assert_allclose(steep.sps(np.array([1, 4, 8, 16])), [2.0, 2.0, 0.5, 0.125])
-    assert steep.meta["slope"] == 2.0 and StepCurve.analytic(16, knee=4).meta["slope"] == 1.0
-    with pytest.raises(ValueError, match="slope must be a positive finite number"):
-        StepCurve.analytic(16, knee=4, slope=0.0)
-
-
-def test_dense_interpolates_step_time_at_every_size_and_never_lets_it_fall():
-    # 10 ms at B = 1, a noisy 40 ms at B = 2, 30 ms at B = 4, 50 ms at B = 8.
-    profiled = StepCurve.from_latencies([1, 2, 4, 8], [0.01, 0.04, 0.03, 0.05], {"device": "cpu"})
-    dense = profiled.dense()
-    assert dense.sizes == tuple(range(1, 9))
-    seconds = 1.0 / np.array(dense.steps_per_second)
-    # B = 2 is lowered to B = 4's 30 ms (pad up to the faster, larger batch); time is linear in between.
-    np.testing.assert_allclose(seconds, [0.01, 0.03, 0.03, 0.03, 0.035, 0.04, 0.045, 0.05])
-    assert np.all(np.diff(seconds) >= 0)
-    assert dense.meta["times_lowered"] == 1 and dense.meta["device"] == "cpu"
-    assert "step time" in dense.meta["interpolation"]
-    # A clean curve keeps its profiled times; between them SPS is 1 / interpolated time, below the SPS chord.
-    clean = StepCurve.from_latencies([2, 6], [0.01, 0.03]).dense()
-    assert clean.sizes == (2, 3, 4, 5, 6) and clean.meta["times_lowered"] == 0
-    np.testing.assert_allclose(clean.sps(np.array([2, 4, 6])), [100.0, 50.0, 1 / 0.03])
-    assert clean.sps(4) < StepCurve.from_latencies([2, 6], [0.01, 0.03]).sps(4)
-
-
-def test_affine_fits_the_step_time_as_a_line_at_every_size():
-    # Times 10 + 2 B ms exactly, then with noise around that line.
-    exact = StepCurve.from_latencies([1, 3, 5], [0.012, 0.016, 0.020], {"device": "cpu"}).affine()
-    assert exact.sizes == (1, 2, 3, 4, 5) and exact.meta["device"] == "cpu"
-    np.testing.assert_allclose(1.0 / np.array(exact.steps_per_second), [0.012, 0.014, 0.016, 0.018, 0.020])
-    assert exact.meta["fixed_seconds"] == pytest.approx(0.010) and exact.meta["seconds_per_token"] == pytest.approx(0.002)
-    assert exact.meta["r2"] == pytest.approx(1.0)
-    noisy = StepCurve.from_latencies([1, 2, 3, 4], [0.013, 0.013, 0.017, 0.017]).affine()
-    seconds = 1.0 / np.array(noisy.steps_per_second)
-    np.testing.assert_allclose(seconds, [0.0126, 0.0142, 0.0158, 0.0174])  # least squares: 11 + 1.6 B ms
-    assert 0 < noisy.meta["r2"] < 1
-    falling = StepCurve.from_latencies([1, 2], [0.02, 0.01]).affine()  # noise on a flat table: slope 0
-    np.testing.assert_allclose(1.0 / np.array(falling.steps_per_second), [0.015, 0.015])
-    assert StepCurve.from_latencies([4], [0.5]).affine().sizes == (4,)
-
-
-def test_random_step_curves_are_synthetic_and_non_increasing():
-    rng = np.random.default_rng(8)
-    for max_batch in (1, 2, 17):
-        curve = random_step_curve(rng, max_batch)
-        assert curve.sizes == tuple(range(1, max_batch + 1)) and curve.meta["kind"] == "synthetic"
-        assert curve.sps(1) == 1.0 and np.all(np.diff(curve.steps_per_second) <= 0)
-    with pytest.raises(ValueError, match="max_batch must be an integer >= 1"):
-        random_step_curve(rng, 0)
 
 
 def test_requests_outside_the_curve_are_refused():
@@ -179,6 +83,17 @@ def test_vectorised_schedule_equals_the_reference_loop():
         c = random_confidences(rng, requests, gamma)
         curve = random_curve(rng, int(rng.integers(requests, requests * (gamma + 1) + 3)))
         np.testing.assert_array_equal(schedule(c, curve), schedule_reference(c, curve))
+
+
+def test_prefix_thetas_orders_the_candidates_and_prices_every_prefix():
+    c = [[0.9, 0.8, 0.5], [0.6, 0.9, 0.9]]
+    curve = StepCurve.analytic(8, knee=4)
+    a = survival(c)
+    order, theta = prefix_thetas(a, curve)
+    taken = a.T.ravel()[order]  # a_{r,j} in the order Algorithm 1 visits them
+    assert order.size == 6 and np.all(np.diff(taken) <= 0)
+    np.testing.assert_allclose(theta, [(2 + taken[:k].sum()) * curve.sps(2 + k) for k in range(7)])
+    np.testing.assert_array_equal(theta, prefix_throughputs(c, curve))
 
 
 def test_schedule_finds_the_optimum_when_theta_is_unimodal_along_the_order():
@@ -208,31 +123,6 @@ def test_analytic_curves_are_always_unimodal_so_the_break_is_optimal():
         curve = StepCurve.analytic(int(requests * (gamma + 1)), int(rng.integers(1, 20)))
         best = expected_throughput(c, brute_force_optimum(c, curve), curve)
         assert expected_throughput(c, schedule(c, curve), curve) == pytest.approx(best, abs=1e-12, rel=0)
-
-
-def test_is_unimodal():
-    assert is_unimodal([1.0, 2.0, 3.0, 2.5, 2.5, 1.0]) and is_unimodal([3.0, 2.0]) and is_unimodal([1.0])
-    assert not is_unimodal([1.0, 0.9, 1.1])     # dips, then rises above the first peak
-    assert not is_unimodal([1.0, 0.9, 0.95])    # rises again after the peak, even if below it
-    assert not is_unimodal([1.0, 1.0, 2.0])     # a flat step before the peak stops Algorithm 1
-    with pytest.raises(ValueError, match="non-empty 1-D"):
-        is_unimodal([])
-
-
-def test_brute_force_study_finds_every_unimodal_optimum_and_some_misses():
-    counts = brute_force_study(1000, np.random.default_rng(9))
-    assert counts["unimodal"] + counts["not unimodal"] == 1000 and counts["unimodal"] > 100
-    assert counts["unimodal, optimum found"] == counts["unimodal"]
-    assert 0 < counts["not unimodal, optimum missed"] <= counts["not unimodal"]
-
-
-def test_on_a_jagged_curve_the_early_break_misses_the_optimum():
-    c = [[0.8, 0.9]]  # Appendix A after drafting A
-    assert schedule(c, APPENDIX_A_CURVE).tolist() == [0]
-    assert brute_force_optimum(c, APPENDIX_A_CURVE).tolist() == [2]
-    np.testing.assert_allclose(prefix_throughputs(c, APPENDIX_A_CURVE), [1.0, 0.9, 1.134])
-    assert expected_throughput(c, schedule(c, APPENDIX_A_CURVE), APPENDIX_A_CURVE) < \
-        expected_throughput(c, brute_force_optimum(c, APPENDIX_A_CURVE), APPENDIX_A_CURVE)
 
 
 def test_hand_made_schedule():
@@ -290,19 +180,6 @@ def test_asynchronous_variant_takes_its_capacity_from_the_stale_confidences():
 
 
 # ----------------------------------------------------------------------------- losslessness
-
-
-def test_appendix_a_monte_carlo():
-    rng = np.random.default_rng(4)
-    assert appendix_a_monte_carlo(100_000, causal=False, rng=rng) == pytest.approx(0.85, abs=0.01)
-    assert appendix_a_monte_carlo(100_000, causal=True, rng=rng) == pytest.approx(0.70, abs=0.01)
-
-
-def test_appendix_a_confidences_and_the_asynchronous_variant():
-    np.testing.assert_allclose(appendix_a_confidences([0, 1]), [[[0.8, 0.9]], [[0.8, 0.0]]])
-    assert appendix_a_asynchronous(100_000, np.random.default_rng(10)) == pytest.approx(0.70, abs=0.01)
-    with pytest.raises(ValueError, match="trials must be an integer >= 1"):
-        appendix_a_asynchronous(0)
 
 
 def simulate_first_tokens(rng, scheduler, curve, p_t, p_d, first_confidence, next_confidence, trials):

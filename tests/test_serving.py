@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark_lite.scheduler import StepCurve, global_search, static_threshold
+from dspark_lite.scheduler import global_search, static_threshold
+from dspark_lite.stepcurve import StepCurve
 from dspark_lite.harness.serving import (
     ordering_agreement, replayed_sweep, resolve_scheduler, sample_block_records, simulate, sla_gain,
     lead_with_noise, sweep, versus_best_baseline,
@@ -202,5 +203,5 @@ def test_bad_simulation_arguments_are_refused():
         simulate(records, "dspark", FLAT, 4, 10, gamma=6)
     with pytest.raises(ValueError, match="warmup_steps must be an integer >= 0"):
         simulate(records, "dspark", FLAT, 4, 10, warmup_steps=-1)
-    with pytest.raises(ValueError, match="must return 4 integers in"):
+    with pytest.raises(ValueError, match=r"the lengths of scheduler .* must be 4 integers in"):
         simulate(records, lambda c, curve: np.full(4, 9), FLAT, 4, 10)

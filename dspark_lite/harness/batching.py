@@ -44,7 +44,8 @@ from ..checks import lengths_in_range, positive_int
 from ..runtime import model_device, pad, progress
 from .costs import concurrency_batch_sizes, device_meta, median_step_seconds, spread_tokens
 from ..kvcache import cache_kwarg, new_cache, remove_tokens
-from ..scheduler import Scheduler, StepCurve
+from ..scheduler import Scheduler
+from ..stepcurve import StepCurve
 from ..record import Rounds
 from .serving import curve_at, resolve_scheduler
 from ..speculative import Draft, verify_block
@@ -368,7 +369,7 @@ def real_step_throughput(target: PreTrainedModel, records: Rounds, schedulers: S
             c, accepted = confidences[drawn], records.accepted[drawn]
             for k in rng.permutation(len(names)):
                 name, choose = names[k]
-                lengths = lengths_in_range(choose(c, c, table), R, records.gamma, name)
+                lengths = lengths_in_range(choose(c, c, table), R, records.gamma, f"the lengths of scheduler {name!r}")
                 totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]

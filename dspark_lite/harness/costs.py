@@ -26,7 +26,7 @@ from transformers import DynamicCache, PreTrainedModel
 from ..checks import positive_int
 from ..runtime import device_generator, model_device, progress
 from ..kvcache import cache_kwarg, new_cache, remove_tokens
-from ..scheduler import StepCurve
+from ..stepcurve import StepCurve
 from ..speculative import Drafter, target_hidden
 from .results import cpu_name, write_json
 from .timing import check_positions, interleaved_medians, seconds

@@ -10,7 +10,7 @@ Read from SGLang's source (sgl-project/sglang at commit 692c5f7,
   and the largest batch the engine may build (>= the largest B). The engine reads SPS(B) as the
   rate of the largest tabulated size <= B (`floor_probe_index`), not an interpolation, so
   `sglang_sps_table` writes every integer B of the curve's range: the floor then returns exactly
-  the SPS(B) that `scheduler.StepCurve` interpolates.
+  the SPS(B) that `stepcurve.StepCurve` interpolates.
 * `--speculative-dspark-confidence-sts-path`: `dspark_sts_table.py`, `DSparkStsCalibration` as
   JSON, `{"temperatures": [...], "dataset": ..., "num_samples": ..., "ece_before": [...],
   "ece_after": [...]}`: one temperature T_k > 0 per draft position, applied by the confidence
@@ -53,7 +53,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..scheduler import StepCurve
+from ..stepcurve import StepCurve
 
 SGLANG_COMMIT = "692c5f7d532f129424b57961c262bbd253b411dc"
 SGLANG_SPS_FLAG = "--speculative-dspark-sps-table-path"

@@ -23,7 +23,7 @@ import pandas as pd
 
 from .. import calibration, scheduler
 from ..record import Rounds
-from ..scheduler import StepCurve
+from ..stepcurve import StepCurve
 
 GREEN, RED, BLUE, GREY = "#31a354", "#de2d26", "#3182bd", "#888888"
 

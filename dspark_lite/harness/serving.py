@@ -24,7 +24,8 @@ from .. import checks
 from ..checks import lengths_in_range, positive_int
 from ..record import Rounds, logit, predicted_survival
 from ..runtime import progress
-from ..scheduler import SCHEDULERS, Scheduler, StepCurve, asynchronous_schedule, static_threshold
+from ..scheduler import SCHEDULERS, Scheduler, asynchronous_schedule, static_threshold
+from ..stepcurve import StepCurve
 
 
 def curve_at(curves: StepCurve | Mapping[int, StepCurve], requests: int) -> StepCurve:
@@ -178,7 +179,7 @@ def simulate(records: Rounds, scheduler: str | Scheduler, curve: StepCurve, conc
         current = confidences[drawn]
         stale = history[0] if len(history) == 2 else current
         history.append(current)
-        lengths = lengths_in_range(choose(current, stale, curve), requests, gamma, name)
+        lengths = lengths_in_range(choose(current, stale, curve), requests, gamma, f"the lengths of scheduler {name!r}")
         batch = requests + int(lengths.sum())
         if batch > curve.max_batch:
             raise ValueError(f"scheduler {name!r} built a batch of B = {batch} tokens (R = {requests}), beyond "
