@@ -45,22 +45,18 @@ def survival(confidences: ArrayLike) -> np.ndarray:
     return np.cumprod(checks.confidences(confidences), axis=1)  # [R, gamma]
 
 
-def _candidates(a: np.ndarray, curve: StepCurve) -> np.ndarray:
-    """Line 2: flat indices (j-major: index = (j - 1) * R + r) of the candidates a > 0 by
-    decreasing a, ties by j then r, cut where the batch would leave the profiled table."""
-    flat = a.T.ravel()  # [gamma * R]
-    order = np.argsort(-flat, kind="stable")
-    return order[:min(int(np.count_nonzero(flat)), curve.max_batch - a.shape[0])]
-
-
 def prefix_thetas(a: np.ndarray, curve: StepCurve) -> tuple[np.ndarray, np.ndarray]:
     """The candidate order of survival a[R, gamma] (as `survival` returns it, R fitting the
     curve), and Theta_k = tau_k * SPS(R + k) after taking its first k candidates, k = 0..n:
-    every value Algorithm 1's loop (lines 3-4) would compute, at once."""
+    every value Algorithm 1's loop (lines 3-4) would compute, at once. The order holds flat
+    indices (j - 1) * R + r of the candidates a > 0 (line 2), cut where the batch would leave
+    the profiled table."""
     requests = a.shape[0]
-    order = _candidates(a, curve)  # [n]
-    tau = np.cumsum(np.concatenate(([float(requests)], a.T.ravel()[order])))  # [n + 1], line 4's additions
-    return order, tau * curve.table[requests:requests + order.size + 1]       # [n + 1]
+    flat = a.T.ravel()  # [gamma * R], j-major
+    order = np.argsort(-flat, kind="stable")  # decreasing a, ties by j then r
+    order = order[:min(int(np.count_nonzero(flat)), curve.max_batch - requests)]  # [n]
+    tau = np.cumsum(np.concatenate(([float(requests)], flat[order])))  # [n + 1], line 4's additions
+    return order, tau * curve.table[requests:requests + order.size + 1]  # [n + 1]
 
 
 def _lengths(order: np.ndarray, taken: int, requests: int) -> np.ndarray:
@@ -185,7 +181,7 @@ def asynchronous_schedule(stale_confidences: ArrayLike, current_confidences: Arr
     checks.requests_fit(stale.shape[0], curve)
     checks.requests_fit(a.shape[0], curve)
     capacity = int(np.argmax(prefix_thetas(stale, curve)[1]))
-    order = _candidates(a, curve)
+    order, _ = prefix_thetas(a, curve)
     return _lengths(order, min(capacity, order.size), a.shape[0])
 
 
