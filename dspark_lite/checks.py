@@ -325,9 +325,11 @@ def prompt(prompt_ids: Tensor, min_length: int = 1) -> Tensor:
 
 def prompt_batch(prompt_ids: Tensor) -> Tensor:
     """Prompts [T] or [B, T] (T >= 1) as a LongTensor [B, T] (B = 1 for [T]); ValueError otherwise."""
-    if prompt_ids.dim() not in (1, 2) or prompt_ids.shape[-1] == 0:
+    if prompt_ids.dim() == 1:
+        return prompt(prompt_ids)[None]
+    if prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
         raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
-    return prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
+    return prompt_ids.long()
 
 
 def generation(max_new_tokens: int, temperature_: float) -> None:
@@ -366,6 +368,14 @@ def speculation(target_config: Any, drafter: Any, prompt_ids: Tensor, max_new_to
     return prompt(prompt_ids)
 
 
+def measured_seconds(phases: Sequence[float | None]) -> Sequence[float]:
+    """A rollout's phase seconds; ValueError when they were not measured (None)."""
+    if any(seconds is None for seconds in phases):
+        raise ValueError("this rollout's phase seconds were not measured; run speculative_generate(..., "
+                         "timed=True) to time them")
+    return phases
+
+
 def draft_length(draft_gamma: int, gamma: int) -> None:
     """ValueError unless a drafter asked for `gamma` tokens returned between 1 and gamma."""
     if not 1 <= draft_gamma <= gamma:
@@ -373,15 +383,16 @@ def draft_length(draft_gamma: int, gamma: int) -> None:
                          "requested (fewer when it stops early, e.g. at an end id)")
 
 
-def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> None:
-    """ValueError unless the drafter's target layer ids are 0-based decoder layers (None: reads no layers)."""
+def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> tuple[int, ...] | None:
+    """A drafter's target layer ids as a tuple (None: it reads no layers); ValueError unless they
+    are non-empty, strictly increasing (DeepSpec's convention) 0-based decoder layer ids."""
     if layer_ids is None:
-        return
-    if len(layer_ids) == 0 or any(not 0 <= i < num_layers for i in layer_ids):
-        raise ValueError(
-            f"drafter.target_layer_ids {tuple(layer_ids)} must be non-empty 0-based decoder layer "
-            f"ids in [0, {num_layers})"
-        )
+        return None
+    ids = tuple(int(i) for i in layer_ids)
+    if not ids or not all(0 <= i < num_layers for i in ids) or any(b <= a for a, b in zip(ids, ids[1:])):
+        raise ValueError(f"target_layer_ids must be non-empty, strictly increasing 0-based decoder layer ids "
+                         f"in [0, {num_layers}); got {ids}")
+    return ids
 
 
 def draft(draft: Any, target_logits: Tensor) -> None:
@@ -452,3 +463,153 @@ def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
             "sample each token from the distribution it reports"
         )
     raise ValueError("draft.probs failed validation for a reason no check above names")  # unreachable
+
+
+# ----------------------------------------------------------------------------------------
+# The drafters: their constructors, `start`, `accept`, `draft` and training forwards
+# ----------------------------------------------------------------------------------------
+
+
+def head_counts(num_heads: int, num_kv_heads: int) -> None:
+    """ValueError unless the query heads split evenly over the key/value heads (grouped-query)."""
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} must be a multiple of num_kv_heads {num_kv_heads}")
+
+
+def token_id(value: Any, vocab_size: int, name: str) -> int:
+    """`value` as an int; ValueError unless it is an id of the target's vocabulary."""
+    if not 0 <= int(value) < vocab_size:
+        raise ValueError(f"{name} {value} is outside the target's vocabulary [0, {vocab_size})")
+    return int(value)
+
+
+def shareable(embed: Any, lm_head: Any) -> None:
+    """ValueError unless the target has an input embedding and an LM head for a drafter to share."""
+    if embed is None or lm_head is None:
+        raise ValueError("the target must expose an input embedding and an LM head to share")
+
+
+def target_hidden(hidden: Tensor | None, axes: int, width: int) -> None:
+    """ValueError unless the target's selected hidden states have `axes` axes, the last `width`
+    (= len(target_layer_ids) * hidden_size)."""
+    if hidden is None or hidden.dim() != axes or hidden.shape[-1] != width:
+        shape = None if hidden is None else tuple(hidden.shape)
+        raise ValueError(f"target hidden states must have {axes} axes ending in len(target_layer_ids) * "
+                         f"hidden_size = {width}, got {shape}")
+
+
+def anchor_positions(anchors: Tensor, low: int, high: int, who: str) -> None:
+    """ValueError unless every anchor position lies in [low, high]."""
+    if bool((anchors < low).any()) or bool((anchors > high).any()):
+        raise ValueError(f"anchor_pos must lie in [{low}, {high}] for {who}, got {anchors.tolist()}")
+
+
+def anchor_batch(block_ids: Tensor, anchor_pos: Tensor, low: int, high: int) -> None:
+    """ValueError unless blocks [B, G] come with anchors [B], or [B, A, G] with [B, A], each in [low, high]."""
+    if block_ids.dim() not in (2, 3) or tuple(anchor_pos.shape) != tuple(block_ids.shape[:-1]):
+        raise ValueError(f"block ids must be [B, gamma] with anchor_pos [B], or [B, A, gamma] with [B, A]; got "
+                         f"{tuple(block_ids.shape)} and {tuple(anchor_pos.shape)}")
+    anchor_positions(anchor_pos, low, high, "this context")
+
+
+def drafter_started(context_length: int | None, who: str) -> None:
+    """ValueError when a drafter is used before `start` (it then holds no context: None)."""
+    if context_length is None:
+        raise ValueError(f"{who} used before start(); call start(prompt_ids, target_hidden) first")
+
+
+def drafter_round(context_length: int | None, context_ids: Tensor, gamma: int, block_size: int | None,
+                  who: str) -> None:
+    """ValueError unless the drafter was started, holds context for every position before the
+    anchor (the last of `context_ids`), and 1 <= gamma (<= block_size, when it has one)."""
+    drafter_started(context_length, who)
+    if block_size is None:
+        positive_int(gamma, "gamma")
+    elif not 1 <= gamma <= block_size:
+        raise ValueError(f"gamma must be in [1, block_size = {block_size}] for this drafter, got {gamma}")
+    anchor_position = context_ids.shape[0] - 1
+    if context_length != anchor_position:
+        raise ValueError(f"the drafter holds context for {context_length} positions but the anchor sits at "
+                         f"position {anchor_position}; expected equal (did the loop skip accept()?)")
+
+
+def accepted_rows(n_accepted: int, rows: int) -> None:
+    """ValueError unless `accept` got hidden states for the anchor and each accepted draft."""
+    if rows != n_accepted + 1:
+        raise ValueError(f"expected hidden states for n_accepted + 1 = {n_accepted + 1} positions, got {rows}")
+
+
+def one_of(value: Any, choices: Sequence[Any], what: str) -> None:
+    """ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {tuple(choices)}")
+
+
+def confidence_head(head: Any) -> None:
+    """ValueError when a DSpark drafter without a confidence head is asked for confidences."""
+    if head is None:
+        raise ValueError("this DSpark drafter has no confidence head; build it with confidence_head=True "
+                         "or call add_confidence_head()")
+
+
+def same_shapes(ours: dict[str, Any], theirs: dict[str, Any], what: str) -> None:
+    """ValueError unless two state_dicts' key -> shape maps agree; names the first keys that differ."""
+    if ours != theirs:
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        raise ValueError(f"{what}: keys {differ[:4]} differ in name or shape")
+
+
+# ----------------------------------------------------------------------------------------
+# Training (`training`, `resume`)
+# ----------------------------------------------------------------------------------------
+
+
+def training_sequences(sequences: Sequence[Tensor], prompt_lengths: Sequence[int]) -> None:
+    """ValueError unless each sequence is 1-D with a prompt of >= 1 token and a reply of >= 2
+    (one anchor and one target), one prompt length per sequence."""
+    if len(sequences) != len(prompt_lengths):
+        raise ValueError(f"{len(sequences)} sequences but {len(prompt_lengths)} prompt lengths")
+    for index, (seq, prompt_length) in enumerate(zip(sequences, prompt_lengths)):
+        if seq.dim() != 1 or not 1 <= prompt_length <= seq.shape[0] - 2:
+            raise ValueError(f"sequence {index}: needs a 1-D tensor with a prompt of >= 1 token and a reply of "
+                             f">= 2 tokens (one anchor and one target), got length {tuple(seq.shape)} and "
+                             f"prompt {prompt_length}")
+
+
+def drafters_to_train(drafters: Any, target: Any) -> tuple[int, ...] | None:
+    """The target layers the drafters (a mapping name -> drafter) read, checked: at least one
+    drafter, all reading the same layers (they share one view of the target), and none holding
+    a target parameter (the target, its embedding and LM head included, stays frozen)."""
+    positive_int(len(drafters), "the number of drafters")
+    layers = {None if d.target_layer_ids is None else tuple(d.target_layer_ids) for d in drafters.values()}
+    if len(layers) != 1:
+        raise ValueError(f"drafters trained together must read the same target layers, got {sorted(map(str, layers))}")
+    target_parameters = {id(p) for p in target.parameters()}
+    for drafter in drafters.values():
+        shared = [name for name, p in drafter.named_parameters() if id(p) in target_parameters]
+        if shared:
+            raise ValueError(f"drafter parameters {shared} belong to the target; the target must stay frozen")
+    return layers.pop()
+
+
+def checkpoint_runs(saved: Any, runs: Any, path: Any) -> None:
+    """ValueError unless the checkpoint at `path` holds exactly the named runs being trained."""
+    if set(saved) != set(runs):
+        raise ValueError(f"{path} holds drafters {sorted(saved)}, not {sorted(runs)}; delete it")
+
+
+def device(name: str) -> torch.device:
+    """`name` as a torch device; ValueError unless torch knows it and, for CUDA, a GPU is visible."""
+    try:
+        resolved = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"DEVICE={name!r} is not a torch device (try 'auto', 'cpu' or 'cuda')") from exc
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"DEVICE={name!r} but no CUDA GPU is visible; use DEVICE='auto' or 'cpu'")
+    return resolved
+
+
+def finite_loss(loss: float, who: str) -> None:
+    """RuntimeError if a training run `who` ended with a non-finite loss."""
+    if not math.isfinite(loss):
+        raise RuntimeError(f"{who}: training diverged (final loss {loss})")

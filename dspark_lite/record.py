@@ -2,7 +2,7 @@
 everything downstream reads.
 
 One verification round is one row: how many drafts were proposed and accepted, whether an
-accepted end token stopped the round (DeepSpec's accounting, see `speculative._settle_round`),
+accepted end token stopped the round (DeepSpec's accounting, see `speculative.settle_round`),
 the confidence head's logits z_k for the proposed positions, and the domain of the prompt.
 The columns are numpy arrays, so a million rounds are one array each, and the same record goes
 to the metrics below, to calibration (chapter 05), to the serving simulator and the widgets

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dspark_lite import kvcache  # noqa: E402
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter  # noqa: E402
-from dspark_lite.speculative import (  # noqa: E402
-    ModelDrafter, autoregressive_generate, check_kv_cache, speculative_generate,
-)
+from dspark_lite.baselines import ModelDrafter, autoregressive_generate  # noqa: E402
+from dspark_lite.kvcache import check_kv_cache  # noqa: E402
+from dspark_lite.speculative import speculative_generate  # noqa: E402
 
 VOCAB, GAMMA, NEW_TOKENS = 64, 4, 40
 PROMPTS = [[5, 17, 33, 2, 40, 9], [11], [60, 3, 3, 27, 45, 12, 8, 50, 21]]

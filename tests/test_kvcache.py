@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.kvcache and the KV cache self-check `speculative.check_kv_cache`
+"""Tests for dspark_lite.kvcache and its KV cache self-check `kvcache.check_kv_cache`
 (issue 19, item 1), on a tiny random Qwen3 at the installed transformers."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from test_speculative import tiny_qwen3
 from transformers import DynamicCache, Qwen3ForCausalLM
 
 from dspark_lite import kvcache
-from dspark_lite.speculative import check_kv_cache
+from dspark_lite.kvcache import check_kv_cache
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = torch.tensor([3, 14, 15, 9, 2, 6, 5, 3])

@@ -18,15 +18,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from dspark_lite import checks
 from dspark_lite.sampling import gumbel_perturbed, probs_from_logits, sample_from_probs
 from dspark_lite.record import Rounds, conditional_acceptance, expected_tau_from_conditional, prefix_survival, tau
-from dspark_lite.speculative import (
-    Draft,
-    Drafter,
-    ModelDrafter,
-    autoregressive_generate,
-    rejection_sample,
-    speculative_generate,
-    verify_block,
-)
+from dspark_lite.baselines import ModelDrafter, autoregressive_generate, sample_autoregressive
+from dspark_lite.speculative import Draft, Drafter, rejection_sample, speculative_generate, verify_block
 
 
 
@@ -168,16 +161,12 @@ def good_block(gamma: int = 2, vocab: int = 4):
         (lambda logits, draft: (logits, Draft(draft.tokens.int(), draft.probs)), "int64 ids, got dtype"),
     ],
 )
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_verify_block_rejects_bad_drafts(breakage, message, temperature):
+def test_the_draft_check_rejects_bad_drafts(breakage, message):
+    """`checks.draft`, which the engine runs before `verify_block` with validate=True (the
+    engine test below runs it end to end); `verify_block` itself trusts its input."""
     logits, draft = breakage(*good_block())
     with pytest.raises(ValueError, match=message):
-        verify_block(logits, draft, temperature, torch.Generator().manual_seed(0))
-
-
-def test_verify_block_rejects_negative_temperature():
-    with pytest.raises(ValueError, match="temperature"):
-        verify_block(*good_block(), -1.0, None)
+        checks.draft(draft, logits)
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +188,8 @@ def test_speculative_generate_rejects_bad_arguments(target, close_drafter):
         speculative_generate(target, drafter, torch.tensor([], dtype=torch.long), 5, 3, 0.0, None)
     with pytest.raises(ValueError, match="gamma"):
         speculative_generate(target, drafter, prompt, 5, 0, 0.0, None)
+    with pytest.raises(ValueError, match="temperature"):
+        speculative_generate(target, drafter, prompt, 5, 3, -1.0, None)
     with pytest.raises(ValueError, match="vocab_size"):
         speculative_generate(target, ModelDrafter(tiny_qwen3(5, vocab_size=20)), prompt, 5, 3, 0.0, None)
     with pytest.raises(ValueError, match="max_new_tokens"):
@@ -225,6 +216,25 @@ def test_cached_equals_uncached_greedy(target):
         cached = autoregressive_generate(target, prompt, 30, 0.0, None, use_cache=True)
         uncached = autoregressive_generate(target, prompt, 30, 0.0, None, use_cache=False)
         assert cached.shape == (30,) and torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_left_padded_rows_sample_what_each_prompt_samples_alone(target, use_cache):
+    """The one batched loop serves padded prompts (training replies) too: with the attention
+    mask and positions counted from each row's first token, a left-padded row continues as its
+    prompt does alone; after an end id the row repeats ends[0]."""
+    width = max(len(p) for p in PROMPTS)
+    batch = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in PROMPTS])
+    alone = [autoregressive_generate(target, torch.tensor(p), 12, 0.0, None) for p in PROMPTS]
+    end = int(alone[0][3])
+    with torch.inference_mode():
+        rows = sample_autoregressive(target, batch, 12, 0.0, None, (), use_cache, attention_mask=mask)
+        ended = sample_autoregressive(target, batch, 12, 0.0, None, (end,), use_cache, attention_mask=mask)
+    for row, expected, stopped in zip(rows, alone, ended):
+        assert torch.equal(row, expected)
+        cut = next((i + 1 for i, t in enumerate(expected.tolist()) if t == end), len(expected))
+        assert torch.equal(stopped[:cut], expected[:cut]) and bool((stopped[cut:] == end).all())
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])
@@ -256,8 +266,8 @@ class EarlyStopDrafter(ModelDrafter):
         super().__init__(model)
         self.stop_ids, self.lengths = set(stop_ids), []
 
-    def draft(self, anchor_ids, gamma, temperature, generator):
-        draft = super().draft(anchor_ids, gamma, temperature, generator)
+    def draft(self, context_ids, gamma, temperature, generator):
+        draft = super().draft(context_ids, gamma, temperature, generator)
         tokens = draft.tokens.tolist()
         cut = next((i + 1 for i, token in enumerate(tokens) if token in self.stop_ids), len(tokens))
         self.lengths.append(cut)
@@ -423,8 +433,8 @@ def test_phase_seconds_are_measured_only_when_timed(target, close_drafter):
 class DoubledProbsDrafter(ModelDrafter):
     """A ModelDrafter that reports its distributions doubled (rows summing to 2)."""
 
-    def draft(self, anchor_ids, gamma, temperature, generator):
-        draft = super().draft(anchor_ids, gamma, temperature, generator)
+    def draft(self, context_ids, gamma, temperature, generator):
+        draft = super().draft(context_ids, gamma, temperature, generator)
         return Draft(draft.tokens, 2 * draft.probs, draft.confidence_logits)
 
 
@@ -472,7 +482,7 @@ def test_engine_is_right_under_the_old_crop_semantics(target, monkeypatch):
 
 
 def test_end_ids_accepts_one_id_or_several():
-    from dspark_lite.speculative import end_ids
+    from dspark_lite.checks import end_ids
 
     assert end_ids(None) == () and end_ids(7) == (7,) and end_ids(np.int64(7)) == (7,)
     assert end_ids([151645, 151643, 151645]) == (151645, 151643) and end_ids(torch.tensor([3, 4])) == (3, 4)

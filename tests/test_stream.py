@@ -13,7 +13,8 @@ from engine_check import PROMPTS, VOCAB, noisy_copy, tiny_target  # noqa: E402
 
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter
 from dspark_lite.harness import stream
-from dspark_lite.speculative import ModelDrafter, speculative_generate
+from dspark_lite.baselines import ModelDrafter
+from dspark_lite.speculative import speculative_generate
 
 
 class Ids:

@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from ..speculative import autoregressive_generate, speculative_generate
+from ..baselines import autoregressive_generate
+from ..speculative import speculative_generate
 
 Decoder = Callable[[torch.Tensor], torch.Tensor]
 
@@ -27,7 +28,7 @@ def target_only(target: PreTrainedModel, max_new_tokens: int, temperature: float
 
 def ours(target: PreTrainedModel, drafter, max_new_tokens: int, gamma: int, temperature: float,
          eos: int | Sequence[int] | None, generator: torch.Generator) -> Decoder:
-    """Our speculative engine with any Drafter, as a race runs it: no phase stopwatch, no
+    """Our speculative engine with any Drafter, as a race runs it: no phase timer, no
     per-round draft validation (both off by default in `speculative_generate`)."""
     return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens, gamma, temperature, generator, eos).tokens
 

@@ -17,7 +17,8 @@ import torch
 from transformers import PreTrainedModel
 
 from . import corpus, tokenizer
-from ..speculative import Drafter, autoregressive_generate, target_hidden
+from ..baselines import autoregressive_generate
+from ..speculative import Drafter, target_hidden
 from .world import ToyWorld
 
 OUTCOMES: tuple[str, ...] = ("coherent", "mixed", "other")

@@ -39,9 +39,9 @@ class RecordingDrafter:
         self.drafts = []
         self.drafter.start(prompt_ids, target_hidden)
 
-    def draft(self, anchor_ids: torch.Tensor, gamma: int, temperature: float,
+    def draft(self, context_ids: torch.Tensor, gamma: int, temperature: float,
               generator: torch.Generator | None) -> Draft:
-        draft = self.drafter.draft(anchor_ids, gamma, temperature, generator)
+        draft = self.drafter.draft(context_ids, gamma, temperature, generator)
         self.drafts.append(draft.tokens.detach().cpu().tolist())
         return draft
 
