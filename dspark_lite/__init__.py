@@ -6,16 +6,21 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
 
   sampling      probabilities at a temperature, draws, the Gumbel-max trick
   speculative   the drafter interface, lossless verification, the rollout loop
+  baselines     target-only sampling and the classic drafter the engine is judged against
   record        the one record of rounds the engine writes and everything else reads
-  kvcache       the target's KV cache across transformers versions (the engine's only glue)
-  drafters      the parallel DFlash backbone (Eq. 2-3)
+  kvcache       the target's KV cache across transformers versions, and its self-check
+  attention     the draft layers' attention over context and block keys/values (Eq. 3)
+  hidden_drafter  what drafters reading the target's hidden states share (Eq. 2's projection)
+  dflash        the parallel DFlash backbone (Eq. 2-3)
+  eagle         the EAGLE-3 style autoregressive baseline
   dspark        the Markov / RNN heads and the confidence head (Eq. 4-8)
   training      the CE + TV block loss and the training loop (section 3.3)
   calibration   ECE, AUROC and sequential temperature scaling (section 3.2.1)
   scheduler     Algorithm 1 and the baselines it is measured against (section 3.2.2)
   checks        the checks at the public entry points, in one place
-  runtime, resume   plumbing both layers use: device, seeds, progress bars, padding, the
-                    optimizer step, interrupt-safe checkpoints
+  runtime       plumbing both layers use: device, dtype and seeds
+  progress      the one progress-bar policy (one bar a cell: the outermost)
+  resume        interrupt-safe checkpoints and a training's resumable state
 
 `dspark_lite.harness` holds what it takes to measure the method (toy world, costs, serving,
 cache, results, interactive figures, GPU loading). The method never imports the harness.

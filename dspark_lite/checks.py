@@ -1,7 +1,8 @@
 """The checks at the public entry points, in one place: the engine (`prompt`, `generation`,
 `layer_ids`, and the per-round `draft` check the engine runs only when asked), the record of
 rounds (`round_columns`), the confidences and logits calibration and the scheduler read, and the
-step curve. One wording for one mistake, saying what was wrong and where.
+step curve, and the drafters' constructors, `start`, `accept` and `draft` (`layer_ids`,
+`target_hidden`, `drafter_round`). One wording for one mistake, saying what was wrong and where.
 """
 from __future__ import annotations
 
@@ -202,6 +203,22 @@ def round_columns(proposed: Any, accepted: Any, ended_in_draft: Any, logits_: An
     if d.shape != (n,) or not all(isinstance(x, str) for x in d):
         raise ValueError(f"domain must be {n} strings, one per round; got shape {d.shape}")
     return p, a, e.astype(bool), z, d
+
+
+def some_rounds(rounds: Any, record_type: type) -> Any:
+    """`rounds` itself: a `record.Rounds` (`record_type`) holding at least one round; ValueError otherwise."""
+    if not isinstance(rounds, record_type):
+        raise ValueError(f"expected a Rounds record, got {type(rounds).__name__}")
+    if len(rounds) == 0:
+        raise ValueError("no rounds recorded; expected at least one round")
+    return rounds
+
+
+def full_blocks_found(kept: int, gamma: int, rounds: int, widest: int) -> None:
+    """ValueError unless some round proposed a whole block of `gamma` drafts with confidences."""
+    if kept == 0:
+        raise ValueError(f"no round proposed a full block of gamma = {gamma} drafts with confidences "
+                         f"({rounds} rounds, the widest {widest})")
 
 
 def calibration_split(z: Any, n_accepted: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,6 @@
-"""DSpark's semi-autoregressive drafter (chapter 04): the parallel backbone of chapter 03
-plus a light sequential head that adds a prefix-dependent bias to each slot's base logits
+"""DSpark's semi-autoregressive drafter (chapter 04, paper section 3.1, Eq. 4-6; the confidence
+head of Eq. 7-8 is chapter 05's): the parallel backbone of chapter 03 (`dflash`) plus a light
+sequential head that adds a prefix-dependent bias to each slot's base logits
 (paper section 3.1, Eq. 4):
 
     p_k(v | x_0, x_<k) = softmax_v( U_k(v) + B_k(x_0, x_<k, v) )
@@ -31,7 +32,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
-from .drafters import AnchorBatch, BlockOutput, DFlashConfig, DFlashDrafter
+from . import checks
+from .dflash import DFlashConfig, DFlashDrafter
+from .hidden_drafter import AnchorBatch, BlockOutput
 from .sampling import gumbel_perturbed, probs_from_logits
 from .speculative import Draft
 
@@ -43,9 +46,7 @@ class MarkovHead(nn.Module):
 
     def __init__(self, vocab_size: int, rank: int) -> None:
         super().__init__()
-        if rank < 1:
-            raise ValueError(f"markov_rank must be >= 1, got {rank}")
-        self.rank = int(rank)
+        self.rank = checks.positive_int(rank, "markov_rank")
         self.markov_w1 = nn.Embedding(vocab_size, rank)
         self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
 
@@ -102,7 +103,7 @@ class RNNHead(MarkovHead):
 
 
 class ConfidenceHead(nn.Module):
-    """c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b) (Eq. 7, chapter 05): one linear layer on the
+    """c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b) (Eq. 7): one linear layer on the
     slot's backbone hidden state and the Markov head's embedding of the token before the slot.
     It predicts whether x_k will survive verification, before x_k is sampled. Key names follow
     DeepSpec: confidence_head.proj.{weight [1, H + r], bias [1]}."""
@@ -118,16 +119,13 @@ class ConfidenceHead(nn.Module):
 
 def make_head(head_type: str, vocab_size: int, rank: int, hidden_size: int) -> MarkovHead:
     """A fresh head of `head_type` ("markov" or "rnn")."""
-    if head_type == "markov":
-        return MarkovHead(vocab_size, rank)
-    if head_type == "rnn":
-        return RNNHead(vocab_size, rank, hidden_size)
-    raise ValueError(f"unknown head type {head_type!r}; expected one of {HEAD_TYPES}")
+    checks.one_of(head_type, HEAD_TYPES, "head type")
+    return MarkovHead(vocab_size, rank) if head_type == "markov" else RNNHead(vocab_size, rank, hidden_size)
 
 
 def sample_chain(head: MarkovHead, base_logits: Tensor, hidden: Tensor, anchor_token: Tensor,
                  temperature: float, generator: torch.Generator | None) -> Draft:
-    """Draft gamma tokens left to right (chapter 04): slot k samples from
+    """Draft gamma tokens left to right: slot k samples from
     softmax((U_k + B_k(x_{k-1})) / T), with x_0 the anchor (argmax at T = 0). base_logits
     [gamma, V], hidden [gamma, H]. The Draft holds the corrected distribution each token was
     actually sampled from, which is what the verifier must see.
@@ -152,11 +150,11 @@ def sample_chain(head: MarkovHead, base_logits: Tensor, hidden: Tensor, anchor_t
 
 @dataclass(frozen=True)
 class DSparkConfig(DFlashConfig):
-    """A DFlash backbone (chapter 03) plus a sequential head (chapter 04).
+    """A DFlash backbone plus a sequential head.
 
     head_type: "markov" (Eq. 5, the paper's default) or "rnn" (Eq. 6).
     markov_rank: r, the width of W1 / W2 (and the RNN state); 256 for Qwen3-4B.
-    confidence_head: add the confidence head of Eq. 7 (chapter 05), trained jointly.
+    confidence_head: add the confidence head of Eq. 7, trained jointly.
     """
 
     head_type: str = "markov"
@@ -165,17 +163,17 @@ class DSparkConfig(DFlashConfig):
 
 
 class DSparkDrafter(DFlashDrafter):
-    """The semi-autoregressive drafter (chapter 04): one parallel forward gives the base
-    logits U_1..U_gamma and the slot hidden states h_1..h_gamma; the head then walks the
-    block left to right. It plugs into the chapter-02 engine and the chapter-03 trainer.
+    """The semi-autoregressive drafter: one parallel forward gives the base logits
+    U_1..U_gamma and the slot hidden states h_1..h_gamma; the head then walks the block left
+    to right. It plugs into the engine (`speculative`) and the trainer (`training`).
 
     state_dict keys: DFlashDrafter's, plus markov_head.markov_w1.weight,
     markov_head.markov_w2.weight (and markov_head.joint_proj.{weight,bias} for the RNN head).
     With the same seed, the backbone starts from the same weights as a DFlashDrafter.
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0) -> None:
-        super().__init__(target, cfg, seed)
+    def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0, fuse_context: bool = True) -> None:
+        super().__init__(target, cfg, seed, fuse_context)
         self.markov_head = make_head(cfg.head_type, self.vocab_size, cfg.markov_rank, self.hidden_size)
         self._init_head(self.markov_head, seed + 1)
         self.confidence_head: ConfidenceHead | None = None
@@ -193,7 +191,7 @@ class DSparkDrafter(DFlashDrafter):
         head.to(self.device)
 
     def add_confidence_head(self, seed: int = 0, freeze_drafter: bool = False) -> ConfidenceHead:
-        """Attach a fresh confidence head (chapter 05). With freeze_drafter, every other weight
+        """Attach a fresh confidence head (Eq. 7). With freeze_drafter, every other weight
         stops training, so the trainer fits the head alone on a trained drafter."""
         if freeze_drafter:
             self.requires_grad_(False)
@@ -203,22 +201,17 @@ class DSparkDrafter(DFlashDrafter):
 
     def confidence_logits(self, hidden: Tensor, prev_tokens: Tensor) -> Tensor:
         """The confidence logits z_k [..., G] (float32; c_k = sigmoid(z_k)) for slot hidden states
-        [..., G, H] and the tokens before the slots [..., G] (chapter 05)."""
-        if self.confidence_head is None:
-            raise ValueError("this DSpark drafter has no confidence head; build it with confidence_head=True "
-                             "or call add_confidence_head()")
+        [..., G, H] and the tokens before the slots [..., G]."""
+        checks.confidence_head(self.confidence_head)
         return self.confidence_head(hidden, self.markov_head.prev_embedding(prev_tokens)).float()
 
     def load_backbone(self, backbone: DFlashDrafter) -> "DSparkDrafter":
-        """Start from a trained DFlash drafter (chapter 04): copy its weights into the backbone
+        """Start from a trained DFlash drafter: copy its weights into the backbone
         and zero W2, so that this drafter drafts exactly as `backbone` until it trains further."""
         heads = ("markov_head.", "confidence_head.")
         ours = {k: v.shape for k, v in self.state_dict().items() if not k.startswith(heads)}
         theirs = {k: v.shape for k, v in backbone.state_dict().items()}
-        if ours != theirs:
-            foreign = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
-            raise ValueError(f"{type(backbone).__name__} is not a DFlash backbone of this drafter: "
-                             f"keys {foreign[:4]} differ in name or shape")
+        checks.same_shapes(ours, theirs, f"{type(backbone).__name__} is not a DFlash backbone of this drafter")
         self.load_state_dict(backbone.state_dict(), strict=False)
         with torch.no_grad():
             self.markov_head.markov_w2.weight.zero_()
@@ -232,7 +225,7 @@ class DSparkDrafter(DFlashDrafter):
         return input_ids.gather(1, positions.flatten(1)).view(positions.shape)
 
     def train_logits(self, batch: AnchorBatch) -> BlockOutput:
-        """Teacher-forced corrected logits [B, A, gamma, V]: U_k + B_k(true prefix)."""
+        """Teacher-forced corrected logits [B, A, block_size, V]: U_k + B_k(true prefix)."""
         ids, anchors = batch.input_ids.to(self.device), batch.anchor_pos.to(self.device).long()
         prev = self.previous_tokens(ids, anchors)
         hidden = self.block_hidden(batch.target_hidden, self.make_block_ids(prev[..., 0]), anchors)
@@ -243,12 +236,14 @@ class DSparkDrafter(DFlashDrafter):
         return BlockOutput(base + self.markov_head.block_bias(prev, hidden).to(base.dtype), confidence_logits)
 
     @torch.inference_mode()
-    def draft(self, anchor_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
-        """One parallel block forward, then the head's left-to-right sampling loop over gamma slots."""
-        hidden = self.anchor_block_hidden(anchor_ids, gamma)[:gamma]
-        draft = sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, anchor_ids[-1],
+    def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
+        """One parallel block forward at the anchor (the last of `context_ids`, every token so
+        far), then the head's left-to-right sampling loop over gamma slots."""
+        checks.drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
+        hidden = self.next_block_hidden(context_ids)[:gamma]  # [gamma, H]
+        draft = sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, context_ids[-1],
                              temperature, generator)
         if self.confidence_head is not None:
-            prev = torch.cat([anchor_ids[-1:].to(draft.tokens.device), draft.tokens[:-1]])
+            prev = torch.cat([context_ids[-1:].to(draft.tokens.device), draft.tokens[:-1]])
             draft.confidence_logits = self.confidence_logits(hidden, prev)
         return draft

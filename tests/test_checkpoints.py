@@ -12,7 +12,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite.harness import checkpoints
 from dspark_lite.harness.checkpoints import CheckpointError
-from dspark_lite.drafters import DFlashConfig, DFlashDrafter
+from dspark_lite.dflash import DFlashConfig, DFlashDrafter
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter
 
 QWEN3_4B = Path(__file__).resolve().parent.parent / "data" / "qwen3_4b"
@@ -214,11 +214,11 @@ def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSp
     sliced), and the drafter is initialised on the meta device (no random weights first)."""
     import safetensors
 
-    from dspark_lite import drafters
+    from dspark_lite import hidden_drafter
 
     drafter, folder = saved
     whole, devices = [], []
-    real_open, real_init = safetensors.safe_open, drafters.init_linear_weights
+    real_open, real_init = safetensors.safe_open, hidden_drafter.init_linear_weights
 
     class Spy:
         def __init__(self, *args, **kwargs) -> None:
@@ -246,7 +246,7 @@ def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSp
         return real_init(module, std, seed)
 
     monkeypatch.setattr(safetensors, "safe_open", Spy)
-    monkeypatch.setattr(drafters, "init_linear_weights", init_spy)
+    monkeypatch.setattr(hidden_drafter, "init_linear_weights", init_spy)
     loaded = checkpoints.load_released(folder, tiny_target())
     assert whole and not set(whole) & set(checkpoints.SHARED_KEYS), whole
     assert devices and set(devices) == {"meta"}, devices

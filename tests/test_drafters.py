@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.drafters and dspark_lite.training (chapter 03), on tiny random
+"""Tests for dspark_lite.attention, .hidden_drafter, .dflash, .eagle and .training (chapter 03), on tiny random
 Qwen3 targets (vocab 48, hidden 32): seconds in total."""
 from __future__ import annotations
 
@@ -9,19 +9,16 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-from dspark_lite.drafters import (
-    AnchorBatch,
-    DFlashConfig,
-    DFlashDrafter,
-    EagleConfig,
-    EagleDrafter,
-    RMSNorm,
-)
-from dspark_lite.speculative import Drafter, autoregressive_generate, select_target_hidden, speculative_generate
+from dspark_lite.attention import RMSNorm, cat_kv
+from dspark_lite.dflash import DFlashConfig, DFlashDrafter
+from dspark_lite.eagle import EagleConfig, EagleDrafter
+from dspark_lite.hidden_drafter import AnchorBatch
+from dspark_lite.baselines import autoregressive_generate
+from dspark_lite.harness.replies import generate_training_sequences
+from dspark_lite.speculative import Drafter, select_target_hidden, speculative_generate
 from dspark_lite.training import (
     DrafterTrainConfig,
     TrainingSequences,
-    generate_training_sequences,
     train_drafter,
     drafter_loss,
     target_batch,
@@ -162,6 +159,49 @@ def test_dflash_draft_equals_block_logits(target):
     torch.testing.assert_close(draft.probs, torch.softmax(logits[0, : GAMMA - 1], -1), atol=1e-5, rtol=1e-4)
 
 
+def test_fused_attention_equals_projecting_the_pending_context_first(target):
+    """DraftAttention.forward_with_pending (pending context projected in the same call as the
+    block) gives the plain Eq. 3 forward's output over [past; projected pending; block]."""
+    attention = dflash(target).layers[0].self_attn
+    generator = torch.Generator().manual_seed(0)
+    past_rows, pending_rows, block_rows, hidden = 5, 3, GAMMA, target.config.hidden_size
+    rows = torch.randn(1, past_rows + pending_rows + block_rows, hidden, generator=generator)
+    cos, sin = dflash(target).rotary_emb(rows, torch.arange(rows.shape[1])[None])
+    past = attention.project_kv(rows[:, :past_rows], cos[:, :past_rows], sin[:, :past_rows])
+    pending, block = rows[:, past_rows:past_rows + pending_rows], rows[:, past_rows + pending_rows:]
+    fused, pending_kv = attention.forward_with_pending(block, pending, cos[:, past_rows:], sin[:, past_rows:], past)
+    projected = attention.project_kv(pending, cos[:, past_rows:-block_rows], sin[:, past_rows:-block_rows])
+    plain, _ = attention(block, cos[:, -block_rows:], sin[:, -block_rows:], cat_kv(past, projected), None)
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(pending_kv, projected)
+
+
+def test_fused_and_plain_decoding_paths_draft_alike(target):
+    """fuse_context=True (context projected inside the next draft) and False (projected once
+    when accepted, as DFlash's spec_generate does) give the same drafts round after round."""
+    drafts = {}
+    for fuse in (True, False):
+        drafter = dflash(target)
+        drafter.fuse_context = fuse
+        drafts[fuse] = run_protocol(drafter, target, random_ids(8, 7), [2, 0, 3, 1], GAMMA, seed=8)
+        assert drafter.context_length == drafts[fuse][0].shape[0] - 1
+    assert torch.equal(drafts[True][0], drafts[False][0])
+    torch.testing.assert_close(drafts[True][1].probs, drafts[False][1].probs)
+    assert torch.equal(drafts[True][1].tokens, drafts[False][1].tokens)
+
+
+def test_eagle_drafts_the_same_twice_without_accept(target):
+    drafter = eagle(target)
+    prompt = random_ids(9, 6)
+    drafter.start(prompt, hidden_of(target, prompt[None])[0])
+    context = torch.cat([prompt, random_ids(10, 1)])
+    first = drafter.draft(context, GAMMA, 1.0, torch.Generator().manual_seed(1))
+    again = drafter.draft(context, GAMMA, 1.0, torch.Generator().manual_seed(1))
+    assert torch.equal(first.tokens, again.tokens) and torch.equal(first.probs, again.probs)
+    with pytest.raises(ValueError, match="accept"):
+        drafter.draft(torch.cat([context, context[:1]]), GAMMA, 1.0, None)
+
+
 def test_eagle_draft_equals_training_forward_on_its_own_tokens(target):
     drafter = eagle(target)
     assert isinstance(drafter, Drafter)
@@ -195,11 +235,11 @@ def test_sampled_speculative_decoding_runs_with_exact_draft_probabilities(target
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"target_layer_ids": (0, 3)}, "out of range"),
-    ({"target_layer_ids": (-1,)}, "out of range"),
-    ({"target_layer_ids": ()}, "empty"),
-    ({"target_layer_ids": (2, 1)}, "strictly increasing"),
-    ({"block_size": 0}, "gamma"),
+    ({"target_layer_ids": (0, 3)}, r"in \[0, 3\); got \(0, 3\)"),
+    ({"target_layer_ids": (-1,)}, r"in \[0, 3\); got \(-1,\)"),
+    ({"target_layer_ids": ()}, r"non-empty.*got \(\)"),
+    ({"target_layer_ids": (2, 1)}, r"strictly increasing.*got \(2, 1\)"),
+    ({"block_size": 0}, "block_size"),
     ({"mask_token_id": VOCAB}, "mask_token_id"),
     ({"num_layers": 0}, "num_layers"),
 ])
@@ -210,9 +250,9 @@ def test_bad_dflash_configs_raise_clear_errors(target, kwargs, message):
 
 
 def test_bad_eagle_config_and_misuse_raise_clear_errors(target):
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match=r"in \[0, 3\); got \(5,\)"):
         EagleDrafter(target, EagleConfig((5,)))
-    with pytest.raises(ValueError, match="gamma"):
+    with pytest.raises(ValueError, match="ttt_length"):
         EagleDrafter(target, EagleConfig(LAYER_IDS, ttt_length=0))
     drafter = dflash(target)
     with pytest.raises(ValueError, match="before start"):
@@ -361,5 +401,5 @@ def test_drafters_trained_side_by_side_must_read_the_same_target_layers():
     other = DFlashDrafter(target, DFlashConfig((1,), mask_token_id=MASK_ID, block_size=GAMMA, num_layers=1), seed=1)
     with pytest.raises(ValueError, match="same target layers"):
         train_drafters({"a": dflash(target), "b": other}, target, data, DrafterTrainConfig(steps=1))
-    with pytest.raises(ValueError, match="at least one drafter"):
+    with pytest.raises(ValueError, match="number of drafters must be an integer >= 1"):
         train_drafters({}, target, data, DrafterTrainConfig(steps=1))

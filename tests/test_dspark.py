@@ -12,11 +12,13 @@ from reference import SIGNIFICANCE, chi_square_p_value
 from test_speculative import counts_of, exact_joint, sequence_codes, tiny_qwen3
 
 from dspark_lite import speculative
-from dspark_lite.drafters import AnchorBatch
+from dspark_lite.hidden_drafter import AnchorBatch
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter, MarkovHead, RNNHead, sample_chain
 from dspark_lite.record import Rounds, prefix_survival
-from dspark_lite.speculative import Drafter, autoregressive_generate, speculative_generate
-from dspark_lite.training import DrafterTrainConfig, generate_training_sequences, train_drafter
+from dspark_lite.baselines import autoregressive_generate
+from dspark_lite.speculative import Drafter, speculative_generate
+from dspark_lite.harness.replies import generate_training_sequences
+from dspark_lite.training import DrafterTrainConfig, train_drafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 HEADS = ["markov", "rnn"]

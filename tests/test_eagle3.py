@@ -22,11 +22,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite.drafters import EagleConfig, EagleDrafter
+from dspark_lite.eagle import EagleConfig, EagleDrafter
 from dspark_lite.harness import checkpoints
 from dspark_lite.harness.checkpoints import CheckpointError
 from dspark_lite.record import prefix_survival, tau
-from dspark_lite.speculative import Draft, autoregressive_generate, speculative_generate, target_hidden
+from dspark_lite.baselines import autoregressive_generate
+from dspark_lite.speculative import Draft, speculative_generate, target_hidden
 from dspark_lite.training import DrafterTrainConfig, TrainingSequences, train_drafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -376,8 +377,8 @@ class ChainOracle:
     def start(self, prompt_ids, target_hidden):
         self.prompt_length = len(prompt_ids)
 
-    def draft(self, anchor_ids, gamma, temperature, generator):
-        done = len(anchor_ids) - self.prompt_length  # generated tokens so far
+    def draft(self, context_ids, gamma, temperature, generator):
+        done = len(context_ids) - self.prompt_length  # generated tokens so far
         tokens = []
         for index in range(done, done + gamma):
             tokens.append(self.swap_id if index == self.swap else self.full[index])
@@ -534,7 +535,7 @@ def test_greedy_output_is_the_targets_with_an_early_stopping_eagle(trained, monk
 
 def test_a_draft_longer_than_gamma_or_empty_is_refused(target) -> None:
     class Bad(ChainOracle):
-        def draft(self, anchor_ids, gamma, temperature, generator):
+        def draft(self, context_ids, gamma, temperature, generator):
             tokens = torch.tensor(self.full[: self.n], dtype=torch.long)
             return Draft(tokens, F.one_hot(tokens, VOCAB).float())
 

@@ -36,7 +36,7 @@ def method_modules() -> list[Path]:
 
 
 def test_the_layers_are_where_the_folders_say():
-    assert {p.stem for p in method_modules()} >= {"speculative", "record", "drafters", "dspark", "training",
+    assert {p.stem for p in method_modules()} >= {"speculative", "record", "dflash", "eagle", "dspark", "training",
                                                   "calibration", "scheduler", "kvcache"}
     assert {p.stem for p in (PACKAGE / "harness").glob("*.py")} >= {"world", "costs", "serving", "zoo", "gpu"}
 

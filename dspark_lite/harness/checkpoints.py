@@ -11,7 +11,7 @@ Qwen3 config with `num_hidden_layers` set to the draft layers and these fields a
     confidence_head_with_markov (with the head), markov_rank (0 for DFlash),
     markov_head_type ("vanilla" or "rnn", with a head), tie_word_embeddings false
 
-The tensors carry DeepSpec's module names, which `drafters.py` and `dspark.py` reuse, so the
+The tensors carry DeepSpec's module names, which `dflash.py`, `eagle.py` and `dspark.py` reuse, so the
 name table `KEY_MAP` is the identity on every drafter weight. Two released keys are copies of
 the target's own weights, which our drafters share instead of holding: `embed_tokens.weight`
 and `lm_head.weight` ([vocab, hidden] each). The loader checks their shapes against the target
@@ -23,7 +23,7 @@ returns a `DSparkDrafter` or `DFlashDrafter`. `save_released(drafter, folder)` w
 drafter in exactly that layout, so a tiny drafter can round-trip through the real loader.
 
 DeepSpec's Eagle3 drafters (deepseek-ai/eagle3_qwen3_{4b,8b,14b}_ttt7; architectures
-Qwen3Eagle3Model or Eagle3DraftModel) load into `drafters.EagleDrafter` through
+Qwen3Eagle3Model or Eagle3DraftModel) load into `eagle.EagleDrafter` through
 `load_released_eagle3`, which `load_released` calls for them; `save_released_eagle3` writes an
 EagleDrafter in their layout. The facts they rest on head the Eagle3 section at the end.
 """
@@ -43,9 +43,11 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from ..drafters import DFlashConfig, DFlashDrafter, EagleConfig, EagleDrafter, SharedTargetWeights
+from ..dflash import DFlashConfig, DFlashDrafter
+from ..eagle import EagleConfig, EagleDrafter
+from ..hidden_drafter import SharedTargetWeights
 from ..dspark import DSparkConfig, DSparkDrafter
-from ..speculative import end_ids as speculative_end_ids
+from ..checks import end_ids as checked_end_ids
 
 # The released drafters and the target each was trained against (DeepSpec's README, Table 1).
 RELEASED_DRAFTERS: dict[str, str] = {
@@ -556,7 +558,7 @@ def save_released(drafter: DFlashDrafter, folder: str | Path, target_config: Pre
 
 # ========================================================================== Eagle3
 #
-# DeepSpec's released Eagle3 drafters, read into `drafters.EagleDrafter` (issue 31, item 6).
+# DeepSpec's released Eagle3 drafters, read into `eagle.EagleDrafter` (issue 31, item 6).
 # Facts taken from deepseek-ai/DeepSpec (commit afdfa7c):
 #
 # * deepspec/modeling/eagle3/qwen3/modeling.py, `Qwen3Eagle3Model`: modules embed_tokens
@@ -699,7 +701,7 @@ def target_end_ids(target: PreTrainedModel) -> tuple[int, ...]:
     for config in (getattr(target, "generation_config", None), target.config):
         ids = getattr(config, "eos_token_id", None)
         if ids is not None:
-            return speculative_end_ids(ids)
+            return checked_end_ids(ids)
     return ()
 
 

@@ -58,16 +58,19 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig,
 
 from . import benchmark, checkpoints, costs, evalsets, serving, tokenizer as toy_tokenizer
 
-from .. import calibration, speculative
-from ..drafters import DFlashConfig, DFlashDrafter, EagleConfig, EagleDrafter
+from .. import calibration, kvcache, speculative
+from ..dflash import DFlashConfig, DFlashDrafter
+from ..eagle import EagleConfig, EagleDrafter
 from ..dspark import DSparkConfig, DSparkDrafter
 from .evaluation import DomainAcceptance, summarize, summarize_rollouts
 from .profiles import GpuStudy, get_profile
 from .results import REPO, committed_results_dir, results_dir, write_result
-from ..runtime import device_generator, pick_dtype, progress, quiet_hub_bars
+from ..progress import progress
+from ..runtime import device_generator, pick_dtype
 from ..record import Rounds, sigmoid
 from ..speculative import speculative_generate
-from ..training import encode_prompt
+from .hub import quiet_hub_bars
+from .replies import encode_prompt
 
 TARGET_ID = "Qwen/Qwen3-4B"
 DRAFTER_IDS: dict[str, str] = {"eagle3": "deepseek-ai/eagle3_qwen3_4b_ttt7",
@@ -291,7 +294,7 @@ def check_finite_logits(target: PreTrainedModel, ids: torch.Tensor) -> None:
 
 
 def check_cache(world: World) -> float:
-    """The engine's KV-cache self-check (`speculative.check_kv_cache`) on a short chat prompt:
+    """The engine's KV-cache self-check (`kvcache.check_kv_cache`) on a short chat prompt:
     every GPU run starts with it, so a transformers whose cache keyword or crop semantics the
     engine does not handle stops the run with an error naming the version, instead of measuring
     a wrong tau (chapter 07). First the logits must be finite (`check_finite_logits`): an overflow
@@ -299,7 +302,7 @@ def check_cache(world: World) -> float:
     cached and uncached next-token distributions."""
     ids = encode_prompt(world.tokenizer, "Say hello in five words.").to(world.device)
     check_finite_logits(world.target, ids)
-    return speculative.check_kv_cache(world.target, ids)
+    return kvcache.check_kv_cache(world.target, ids)
 
 
 # ========================================================================== prompts and acceptance

@@ -19,11 +19,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from . import cache, evaluation
-from .. import drafters, dspark, training
+from . import cache, evaluation, replies
+from .. import dflash, dspark, eagle, training
 from ..record import Rounds
 from ..resume import Checkpointer
-from ..runtime import device_generator, model_device, progress
+from ..progress import progress
+from ..runtime import device_generator, model_device
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
 from ..training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .world import ToyWorld
@@ -39,21 +40,21 @@ def train_config(recipe: DrafterRecipe, **overrides) -> DrafterTrainConfig:
     return DrafterTrainConfig(**{**fields, **overrides})
 
 
-def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafters.DFlashDrafter:
+def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dflash.DFlashDrafter:
     """An untrained parallel drafter of the recipe's shape."""
-    cfg = drafters.DFlashConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
+    cfg = dflash.DFlashConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
                                 block_size=recipe.block_size, num_layers=recipe.dflash_layers,
                                 intermediate_size=recipe.draft_intermediate_size)
-    return drafters.DFlashDrafter(world.target, cfg, seed=seed)
+    return dflash.DFlashDrafter(world.target, cfg, seed=seed)
 
 
-def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> drafters.EagleDrafter:
+def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> eagle.EagleDrafter:
     """An untrained EAGLE-3 style drafter of the recipe's shape (TTT horizon = block size)."""
-    cfg = drafters.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers,
+    cfg = eagle.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers,
                                intermediate_size=recipe.eagle_intermediate_size or recipe.draft_intermediate_size,
                                num_heads=recipe.eagle_num_heads,
                                num_kv_heads=None if recipe.eagle_num_heads is None else 1)
-    return drafters.EagleDrafter(world.target, cfg, seed=seed)
+    return eagle.EagleDrafter(world.target, cfg, seed=seed)
 
 
 def dspark_builder(head_type: str, confidence_head: bool = False
@@ -111,7 +112,7 @@ def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed:
         prompts = list(world.split("train")["prompt"])
         stride = max(1, len(prompts) // recipe.training_replies)
         generator = device_generator(seed, model_device(world.target))
-        training.generate_training_sequences(
+        replies.generate_training_sequences(
             world.target, world.tokenizer, prompts[::stride][: recipe.training_replies], recipe.reply_tokens,
             temperature=1.0, generator=generator, batch_size=64).save(folder / "replies.pt")
 

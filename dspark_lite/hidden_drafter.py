@@ -1,0 +1,161 @@
+"""What the drafters that read the target's hidden states share (chapter 03, paper section
+2.2): the context projection of Eq. 2, H_ctx = RMSNorm(W_c [H(l_1); ...; H(l_m)]) (its `fc`;
+the norm is DFlash's `hidden_norm`), the target's frozen embedding and LM head, the draft
+layers' Qwen3 config and initialisation, and the training interface (`AnchorBatch` in,
+`BlockOutput` out).
+
+Both drafters share the target's FROZEN embedding and LM head: they hold references to the
+target's modules (not copies), which are neither registered as drafter parameters nor saved
+in the drafter's state_dict. Module names follow DeepSpec (deepseek-ai/DeepSpec,
+deepspec/modeling/dspark/qwen3/modeling.py and deepspec/modeling/eagle3/qwen3/modeling.py),
+so that their released weights load into ours once `embed_tokens.*` and `lm_head.*` (the
+target's copies) are dropped from the checkpoint.
+
+The two drafters built on `HiddenStateDrafter`: `dflash.DFlashDrafter` (the parallel
+backbone, Eq. 2-3) and `eagle.EagleDrafter` (the EAGLE-3 style autoregressive baseline).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+from . import checks
+from .attention import RMSNorm
+from .sampling import gumbel_perturbed, probs_from_logits
+from .speculative import Draft
+
+
+@dataclass
+class AnchorBatch:
+    """What a drafter's `train_logits` reads.
+
+    input_ids [B, T]: target-generated sequences (right-padded); target_hidden [B, T, m * H]:
+    the target's selected layers on them (or None for a drafter without target_layer_ids);
+    anchor_pos [B, A]: anchor positions. Slot k of the block at anchor p predicts
+    input_ids[p + k]; the drafter may only read context positions < p (and, for the
+    teacher-forced prefix of a sequential head, the tokens input_ids[p .. p + k - 1]).
+    """
+
+    input_ids: Tensor
+    target_hidden: Tensor | None
+    anchor_pos: Tensor
+
+
+@dataclass
+class BlockOutput:
+    """A drafter's training output: logits [B, A, block_size, V] and optionally the confidence
+    head's logits [B, A, block_size], trained against 1 - TV."""
+
+    logits: Tensor
+    confidence_logits: Tensor | None = None
+
+
+def draft_qwen3_config(target_config, num_layers: int, intermediate_size: int | None,
+                       num_heads: int | None, num_kv_heads: int | None, head_dim: int | None):
+    """The drafter's Qwen3Config: a copy of the target's with the drafter's overrides
+    (DeepSpec builds its draft config the same way). The hidden size stays the target's."""
+    config = copy.deepcopy(target_config)
+    config.num_hidden_layers = checks.positive_int(num_layers, "num_layers")
+    config.layer_types = ["full_attention"] * num_layers
+    overrides = {"intermediate_size": intermediate_size, "num_attention_heads": num_heads,
+                 "num_key_value_heads": num_kv_heads, "head_dim": head_dim}
+    for name, value in overrides.items():
+        if value is not None:
+            setattr(config, name, checks.positive_int(value, name))
+    checks.head_counts(config.num_attention_heads, config.num_key_value_heads)
+    return config
+
+
+@dataclass
+class SharedTargetWeights:
+    """References to the target's embedding and LM head. A plain dataclass, not an nn.Module,
+    so the drafter neither registers, trains nor saves them; weights are detached on use, so
+    no gradient ever reaches the target."""
+
+    embed_tokens: nn.Module
+    lm_head: nn.Module
+
+    @classmethod
+    def of(cls, target: PreTrainedModel) -> "SharedTargetWeights":
+        embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+        checks.shareable(embed, head)
+        return cls(embed, head)
+
+    def embed(self, token_ids: Tensor, dtype: torch.dtype) -> Tensor:
+        return F.embedding(token_ids, self.embed_tokens.weight.detach()).to(dtype)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        weight = self.lm_head.weight.detach()
+        return F.linear(hidden.to(weight.dtype), weight)
+
+
+def init_linear_weights(module: nn.Module, std: float, seed: int) -> None:
+    """Normal(0, std) linear weights and zero biases, as transformers initialises Qwen3."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, nn.Linear):
+                sub.weight.copy_(torch.randn(sub.weight.shape, generator=generator) * std)
+                if sub.bias is not None:
+                    sub.bias.zero_()
+
+
+def sample_slots(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Draft:
+    """Sample each slot of `logits` [gamma, V] independently from softmax(logits / T)
+    (argmax at T = 0); the Draft holds the exact float32 distributions."""
+    tokens = gumbel_perturbed(logits, temperature, generator).argmax(-1)
+    return Draft(tokens, probs_from_logits(logits, temperature))
+
+
+class HiddenStateDrafter(nn.Module):
+    """What both drafters share: the target's frozen embedding and LM head, the context
+    projection `fc` (no bias), the final `norm`, RoPE, and the protocol's `vocab_size` /
+    `target_layer_ids` / `block_size` attributes. `block_size` is the block the drafter was
+    trained on; a round's gamma may be smaller."""
+
+    def __init__(self, target: PreTrainedModel, cfg, block_size: int, block_size_name: str) -> None:
+        super().__init__()
+        config = draft_qwen3_config(target.config, cfg.num_layers, cfg.intermediate_size, cfg.num_heads,
+                                    cfg.num_kv_heads, cfg.head_dim)
+        self.block_size = checks.positive_int(block_size, block_size_name)
+        self.target_layer_ids = checks.layer_ids(cfg.target_layer_ids, target.config.num_hidden_layers)
+        self.vocab_size: int = int(target.config.vocab_size)
+        self.hidden_size = int(target.config.hidden_size)
+        self.layer_config = config
+        self.shared = SharedTargetWeights.of(target)
+        self.fc = nn.Linear(len(self.target_layer_ids) * self.hidden_size, self.hidden_size, bias=False)
+        self.norm = RMSNorm(self.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    def embed(self, token_ids: Tensor) -> Tensor:
+        """The target's (frozen) token embedding, in the drafter's dtype."""
+        return self.shared.embed(token_ids.to(self.device), self.dtype)
+
+    def logits_from_hidden(self, hidden: Tensor) -> Tensor:
+        """Logits of final-normed hidden states through the target's (frozen) LM head."""
+        return self.shared.logits(hidden)
+
+    def checked_hidden(self, target_hidden: Tensor | None, axes: int) -> Tensor:
+        """`target_hidden` [..., m * H] with `axes` axes, checked, on the drafter's device and dtype."""
+        checks.target_hidden(target_hidden, axes, len(self.target_layer_ids) * self.hidden_size)
+        return target_hidden.to(self.device, self.dtype)
+
+    def finish_init(self, seed: int) -> None:
+        """Initialise every linear layer from `seed`, move to the target's device, evaluation mode."""
+        init_linear_weights(self, float(getattr(self.layer_config, "initializer_range", 0.02)), seed)
+        self.to(self.shared.embed_tokens.weight.device)
+        self.eval()
