@@ -116,14 +116,6 @@ def confidence_trials(c: Any) -> np.ndarray:
     return arr
 
 
-def probability(value: Any, name: str) -> float:
-    """`value` as a float; ValueError unless it is a number in [0, 1]."""
-    p = float(float_array(value, name))
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1]; got {value}")
-    return p
-
-
 def distribution(p: Any, name: str) -> np.ndarray:
     """A probability vector p[V] as float64: finite, non-negative, summing to 1 (within 1e-9)."""
     arr = float_array(p, name)

@@ -1,5 +1,7 @@
 """The record of rounds (chapter 02; read by every later chapter): what the engine writes and
-everything downstream reads.
+everything downstream reads, with the paper's measures on it: tau (footnote 3), prefix survival
+(DeepSpec's accept_rate@k), conditional acceptance (Figure 2) and the head's predicted prefix
+survival a_k (chapters 05-06, Algorithm 1's a_{r,j}).
 
 One verification round is one row: how many drafts were proposed and accepted, whether an
 accepted end token stopped the round (DeepSpec's accounting, see `speculative.settle_round`),
@@ -39,7 +41,7 @@ def logit(c: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Rounds:
-    """Verification rounds as columns (chapter 02). For N rounds:
+    """Verification rounds as columns. For N rounds:
 
     proposed[N]        drafts sent to verification (int64 >= 0)
     accepted[N]        drafts the target kept, 0 <= accepted <= proposed
@@ -127,9 +129,7 @@ class Rounds:
         gamma = self.gamma if gamma is None else checks.positive_int(gamma, "gamma")
         keep = (self.proposed == gamma) & ~np.isnan(self.logits[:, :gamma]).any(axis=1) if gamma <= self.gamma \
             else np.zeros(len(self), dtype=bool)
-        if not keep.any():
-            raise ValueError(f"no round proposed a full block of gamma = {gamma} drafts with confidences "
-                             f"({len(self)} rounds, the widest {self.gamma})")
+        checks.full_blocks_found(int(keep.sum()), gamma, len(self), self.gamma)
         full = self[keep]
         return replace(full, logits=full.logits[:, :gamma])
 
@@ -170,23 +170,15 @@ class Rounds:
 
 
 # ----------------------------------------------------------------------------------------
-# What was observed: tau and the acceptance curves (chapter 02)
+# What was observed: tau and the acceptance curves
 # ----------------------------------------------------------------------------------------
-
-
-def _nonempty(rounds: Rounds) -> Rounds:
-    if not isinstance(rounds, Rounds):
-        raise ValueError(f"expected a Rounds record, got {type(rounds).__name__}")
-    if len(rounds) == 0:
-        raise ValueError("no rounds recorded; expected at least one round")
-    return rounds
 
 
 def tau(rounds: Rounds) -> float:
     """Tokens per round counting the correction/bonus token: mean of accepted + 1 (paper
-    footnote 3; chapter 02), except that a round ended by an accepted end token counts its
+    footnote 3), except that a round ended by an accepted end token counts its
     accepted drafts only (`Rounds.emitted`; DeepSpec's acceptance length)."""
-    return float(_nonempty(rounds).emitted.mean())
+    return float(checks.some_rounds(rounds, Rounds).emitted.mean())
 
 
 def _positions(rounds: Rounds, gamma: int | None) -> int:
@@ -194,10 +186,10 @@ def _positions(rounds: Rounds, gamma: int | None) -> int:
 
 
 def prefix_survival(rounds: Rounds, gamma: int | None = None) -> np.ndarray:
-    """Observed prefix survival, DeepSpec's accept_rate@k (chapter 02): entry k-1 is the
+    """Observed prefix survival, DeepSpec's accept_rate@k: entry k-1 is the
     fraction of rounds whose first k drafts were all accepted, among rounds that proposed at
     least k drafts (NaN where none did). `gamma` defaults to the most proposed."""
-    r = _nonempty(rounds)
+    r = checks.some_rounds(rounds, Rounds)
     out = np.full(_positions(r, gamma), np.nan)
     for k in range(1, out.size + 1):
         reached = r.proposed >= k
@@ -207,10 +199,10 @@ def prefix_survival(rounds: Rounds, gamma: int | None = None) -> np.ndarray:
 
 
 def conditional_acceptance(rounds: Rounds, gamma: int | None = None) -> np.ndarray:
-    """The paper's Figure 2 (chapter 02): entry k-1 is, among rounds that proposed at least k
+    """The paper's Figure 2: entry k-1 is, among rounds that proposed at least k
     drafts and accepted the first k-1, the fraction that also accepted the k-th (NaN where
     that denominator is 0)."""
-    r = _nonempty(rounds)
+    r = checks.some_rounds(rounds, Rounds)
     out = np.full(_positions(r, gamma), np.nan)
     for k in range(1, out.size + 1):
         reached = (r.proposed >= k) & (r.accepted >= k - 1)
@@ -220,26 +212,23 @@ def conditional_acceptance(rounds: Rounds, gamma: int | None = None) -> np.ndarr
 
 
 def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
-    """1 + sum_k prod_{i<=k} alpha_i (chapter 02): the expected tokens per round implied by
+    """1 + sum_k prod_{i<=k} alpha_i: the expected tokens per round implied by
     conditional acceptances. NaN entries after the survival product reached 0 are ignored."""
     expected, survival = 1.0, 1.0
     for k, alpha_k in enumerate(np.asarray(alpha, dtype=float), start=1):
         if survival == 0.0:
             break
-        if not np.isfinite(alpha_k) or not 0.0 <= alpha_k <= 1.0:
-            raise ValueError(f"alpha[{k - 1}] = {alpha_k}; expected a probability in [0, 1]")
-        survival *= alpha_k
+        survival *= checks.probability(alpha_k, f"alpha[{k - 1}] (a conditional acceptance probability)")
         expected += survival
     return expected
 
 
 # ----------------------------------------------------------------------------------------
-# What the head predicted (chapters 05-06)
+# What the head predicted
 # ----------------------------------------------------------------------------------------
 
 
 def predicted_survival(c: Any) -> np.ndarray:
-    """a_k = prod_{i<=k} c_i, the head's predicted prefix survival (chapter 05; Algorithm 1's
-    a_{r,j} in chapter 06): the cumulative product of confidences c[N, gamma] (or one block's
+    """a_k = prod_{i<=k} c_i, the head's predicted prefix survival (Algorithm 1's a_{r,j}): the cumulative product of confidences c[N, gamma] (or one block's
     c[gamma]) along positions, same shape back."""
     return np.cumprod(checks.confidences(c, allow_1d=True), axis=-1)

@@ -1,18 +1,17 @@
-"""Sampling (chapters 02-04): probabilities at a temperature, a draw from them, and the
-Gumbel-max trick the drafters use to draw a whole block's noise at once. Temperature 0 means
-greedy everywhere: a one-hot distribution at the argmax, and no randomness used."""
+"""Sampling (chapters 02-04): probabilities at a temperature (the p_t and p_d of section
+2's rejection rule), a draw from them, and the Gumbel-max trick the drafters use to draw
+a whole block's noise at once. Temperature 0 means greedy everywhere: a one-hot distribution
+at the argmax, and no randomness used. These trust their input: the engine checks the
+temperature at its door."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from . import checks
-
 
 def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
     """Float32 probabilities over the last axis at `temperature`; 0 means greedy, a one-hot
-    vector at the argmax (chapter 02)."""
-    checks.temperature(temperature)
+    vector at the argmax."""
     logits = logits.float()
     if temperature == 0:
         one_hot = torch.zeros_like(logits)
@@ -22,7 +21,7 @@ def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
 
 def sample_from_probs(probs: Tensor, generator: torch.Generator | None) -> Tensor:
     """One token per row of `probs` [..., V], drawn with `generator`; returns a LongTensor of
-    shape [...] on the device of `probs` (chapter 02)."""
+    shape [...] on the device of `probs`."""
     device = generator_device(generator, probs.device)
     flat = probs.reshape(-1, probs.shape[-1]).to(device)
     tokens = torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
@@ -30,11 +29,10 @@ def sample_from_probs(probs: Tensor, generator: torch.Generator | None) -> Tenso
 
 
 def gumbel_perturbed(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
-    """float32 logits / T + G with G standard Gumbel noise, [..., V] (chapter 04): the argmax
+    """float32 logits / T + G with G standard Gumbel noise, [..., V]: the argmax
     of each row is an exact draw from softmax(logits / T) (the Gumbel-max trick). At T = 0
     the logits themselves (argmax = greedy). A loop that samples rows one after another can
     draw all its noise in one call up front."""
-    checks.temperature(temperature)
     if temperature == 0:
         return logits.float()
     device = generator_device(generator, logits.device)
@@ -44,7 +42,7 @@ def gumbel_perturbed(logits: Tensor, temperature: float, generator: torch.Genera
 
 def sample_token(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
     """Sample from `logits` [..., V] at `temperature` (0 = argmax, no randomness used);
-    returns a LongTensor of shape [...] (chapter 02)."""
+    returns a LongTensor of shape [...]."""
     if temperature == 0:
         return logits.argmax(-1)
     return sample_from_probs(probs_from_logits(logits, temperature), generator)

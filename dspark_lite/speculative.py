@@ -243,29 +243,16 @@ class RoundRow(NamedTuple):
 
 
 @torch.inference_mode()
-def speculative_generate(
-    target: PreTrainedModel,
-    drafter: Drafter,
-    prompt_ids: Tensor,
-    max_new_tokens: int,
-    gamma: int,
-    temperature: float,
-    generator: torch.Generator | None,
-    eos_token_id: int | Sequence[int] | None = None,
-    *,
-    timed: bool = False,
-    validate: bool = False,
-) -> Rollout:
-    """Generate up to `max_new_tokens` tokens after `prompt_ids` [T] with speculative decoding.
-    Lossless: the output has the target's sampling distribution at `temperature` (its greedy
-    output at 0). Stops after an end token (kept; `eos_token_id`: one id or several) or at
-    max_new_tokens; rounds are counted as DeepSpec counts them (see the module doc).
-
-    timed: measure the phase seconds (`Rollout.*_seconds`, `PhaseTimer`; about six CUDA
-        synchronisations a round). validate: check every draft with `checks.draft` before
-        verifying it (a host sync a round). Both off by default, so that a wall-clock race
-        times the engine, not its instruments.
-    """
+def speculative_generate(target: PreTrainedModel, drafter: Drafter, prompt_ids: Tensor, max_new_tokens: int,
+                         gamma: int, temperature: float, generator: torch.Generator | None,
+                         eos_token_id: int | Sequence[int] | None = None, *, timed: bool = False,
+                         validate: bool = False) -> Rollout:
+    """Generate up to `max_new_tokens` tokens after `prompt_ids` [T], losslessly: the output has
+    the target's sampling distribution at `temperature` (its greedy output at 0). Stops after an
+    end token (kept; `eos_token_id`: one id or several) or at max_new_tokens; rounds are counted
+    as DeepSpec counts them (module doc). timed: measure the phase seconds (`PhaseTimer`, about
+    six CUDA synchronisations a round); validate: `checks.draft` on every draft (a host sync a
+    round). Both off by default, so that a wall-clock race times the engine, not its instruments."""
     prompt = checks.speculation(target.config, drafter, prompt_ids, max_new_tokens, gamma, temperature)
     ends, layer_ids, device = end_ids(eos_token_id), drafter.target_layer_ids, model_device(target)
     timer = PhaseTimer(device, enabled=timed)
