@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase, get_cosine_schedule_with_warmup
 
 from .runtime import check_finite, fast_autocast, model_device, optimizer_step, pad, progress
-from .drafters import AnchorBatch, BlockOutput
+from .hidden_drafter import AnchorBatch, BlockOutput
 from .kvcache import cache_kwarg
 from .resume import Checkpointer, restore_rng, rng_state
 from .sampling import sample_token
