@@ -86,7 +86,7 @@ class EagleDrafter(HiddenStateDrafter):
     chain of DeepSpec's deepspec/eval/eagle3/evaluator.py, `Qwen3Eagle3Evaluator._propose`:
     `for _ in range(ttt_length)`: logits, sample, append, `if has_stop_token(...): break`.
     The end ids are the drafter's (set at construction or later through `end_ids`), not passed
-    per call, so the Drafter protocol and every other drafter are unchanged; a chapter that
+    per call, so the Drafter protocol and every other drafter are unchanged; a caller that
     stops generation at end ids gives the drafter the same ones (DeepSpec uses the target's
     generation-config end ids for both).
 
