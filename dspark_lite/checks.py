@@ -116,6 +116,11 @@ def confidence_trials(c: Any) -> np.ndarray:
     return arr
 
 
+def probability(value: Any, name: str) -> float:
+    """`value` as a float; ValueError unless it is a number in [0, 1] (`in_interval`'s wording)."""
+    return in_interval(value, name, 0.0, 1.0)
+
+
 def distribution(p: Any, name: str) -> np.ndarray:
     """A probability vector p[V] as float64: finite, non-negative, summing to 1 (within 1e-9)."""
     arr = float_array(p, name)

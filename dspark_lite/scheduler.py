@@ -163,7 +163,7 @@ def static_threshold(threshold: float, cumulative: bool = False) -> Scheduler:
     """Baseline: cut each block before its first confidence below `threshold` (DeepSpec's
     evaluation; threshold <= 0 keeps the whole block). cumulative=True cuts on the prefix
     survival a_{r,j} instead of c_{r,j}."""
-    threshold = checks.probability(threshold, "threshold")
+    threshold = checks.in_interval(threshold, "threshold", 0.0, 1.0)
 
     def thresholded(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
         return threshold_lengths(confidences, threshold, cumulative).astype(np.int64)
