@@ -1,4 +1,5 @@
-"""Resumable training (chapter 00): long trainings survive an interruption.
+"""Resumable training: long trainings survive an interruption (chapter 00 runs the book on it;
+the drafter trainer of section 3.3, `training.train_drafters`, saves and restores through it).
 
 A training loop saves its whole state (weights, optimiser, schedule, random generators, data
 order, step and loss curves) every `every_seconds` into a file in the artifact cache's
@@ -8,15 +9,21 @@ result is bit-identical to an uninterrupted run on the same machine (tests/test_
 
 The interval is ``$DSPARK_CHECKPOINT_SECONDS`` (default 120 s): an interruption loses at most
 that much training. A finished artifact deletes its checkpoint.
+
+A training's state is its step, its random generator, its data order and its named runs, each
+with `state_dict()` / `load_state_dict()` as torch's objects have (`training_state`,
+`resume_training`).
 """
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
+
+from . import checks
 
 ENV_VAR = "DSPARK_CHECKPOINT_SECONDS"
 DEFAULT_SECONDS = 120.0
@@ -28,13 +35,8 @@ def interval_seconds() -> float:
     raw = os.environ.get(ENV_VAR)
     if raw is None:
         return DEFAULT_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_VAR} must be a number of seconds, got {raw!r}") from None
-    if seconds < 0:
-        raise ValueError(f"{ENV_VAR} must be >= 0 seconds, got {seconds}")
-    return seconds
+    seconds = checks.float_array(raw, f"{ENV_VAR} (seconds between checkpoints)")
+    return checks.in_interval(float(seconds), ENV_VAR, 0.0)
 
 
 class Checkpointer:
@@ -88,3 +90,26 @@ def restore_rng(generator: torch.Generator, state: dict[str, torch.Tensor]) -> N
     """Undo `rng_state`."""
     generator.set_state(state["generator"])
     torch.set_rng_state(state["torch"])
+
+
+def training_state(step: int, generator: torch.Generator, batches: Any, runs: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything a training loop needs to continue after `step` steps: the random state, the
+    data order (`batches.state_dict()`) and every named run's `state_dict()`."""
+    return {"step": step, "rng": rng_state(generator), "batches": batches.state_dict(),
+            "runs": {name: run.state_dict() for name, run in runs.items()}}
+
+
+def resume_training(checkpoint: Checkpointer, generator: torch.Generator, batches: Any, runs: Mapping[str, Any],
+                    desc: str) -> int:
+    """Restore a saved `training_state` (if there is one) into the generator, the data order and
+    the runs; return the steps done (0: a fresh start)."""
+    saved = checkpoint.load()
+    if saved is None:
+        return 0
+    checks.checkpoint_runs(saved["runs"], runs, checkpoint.path)
+    for name, run in runs.items():
+        run.load_state_dict(saved["runs"][name])
+    batches.load_state_dict(saved["batches"])
+    restore_rng(generator, saved["rng"])
+    print(f"{desc}: resuming from the checkpoint at step {saved['step']} ({checkpoint.path})")
+    return int(saved["step"])

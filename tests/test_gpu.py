@@ -14,7 +14,7 @@ from dspark_lite.harness import benchmark, evalsets, gpu, results
 from dspark_lite.harness.evaluation import summarize
 from dspark_lite.harness.profiles import get_profile
 from dspark_lite.record import Rounds
-from dspark_lite.training import encode_prompt
+from dspark_lite.harness.replies import encode_prompt
 
 REPO = Path(__file__).resolve().parent.parent
 

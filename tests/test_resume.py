@@ -13,7 +13,8 @@ from dspark_lite import resume
 from dspark_lite.harness import cache
 from dspark_lite.harness.profiles import get_profile
 from dspark_lite.harness.target import build_target, train_causal_lm
-from dspark_lite.training import DrafterTrainConfig, generate_training_sequences, train_drafters
+from dspark_lite.harness.replies import generate_training_sequences
+from dspark_lite.training import DrafterTrainConfig, train_drafters
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -131,7 +132,7 @@ def test_the_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(resume.ENV_VAR, "7.5")
     assert resume.Checkpointer(None).every_seconds == 7.5
     monkeypatch.setenv(resume.ENV_VAR, "soon")
-    with pytest.raises(ValueError, match="number of seconds, got 'soon'"):
+    with pytest.raises(ValueError, match=r"DSPARK_CHECKPOINT_SECONDS \(seconds between checkpoints\) must be numeric.*'soon'"):
         resume.interval_seconds()
     monkeypatch.delenv(resume.ENV_VAR)
     assert resume.interval_seconds() == resume.DEFAULT_SECONDS

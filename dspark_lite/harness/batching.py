@@ -41,7 +41,9 @@ from torch import Tensor
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 
 from ..checks import lengths_in_range, positive_int
-from ..runtime import model_device, pad, progress
+from ..progress import progress
+from ..runtime import model_device
+from ..training import pad
 from .costs import concurrency_batch_sizes, device_meta, median_step_seconds, spread_tokens
 from ..kvcache import cache_kwarg, new_cache, remove_tokens
 from ..scheduler import Scheduler

@@ -24,7 +24,8 @@ import transformers
 from transformers import DynamicCache, PreTrainedModel
 
 from ..checks import positive_int
-from ..runtime import device_generator, model_device, progress
+from ..progress import progress
+from ..runtime import device_generator, model_device
 from ..kvcache import cache_kwarg, new_cache, remove_tokens
 from ..stepcurve import StepCurve
 from ..speculative import Drafter, target_hidden

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from ..runtime import device_generator, model_device, progress
+from ..progress import progress
+from ..runtime import device_generator, model_device
 from ..record import Rounds, conditional_acceptance, prefix_survival, tau
 from ..speculative import Drafter, Rollout, speculative_generate
 

@@ -23,7 +23,7 @@ import pandas as pd
 from .. import checks
 from ..checks import lengths_in_range, positive_int
 from ..record import Rounds, logit, predicted_survival
-from ..runtime import progress
+from ..progress import progress
 from ..scheduler import SCHEDULERS, Scheduler, asynchronous_schedule, static_threshold
 from ..stepcurve import StepCurve
 

@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM, get_cosine_schedule_with_warmup
 
-from ..runtime import check_finite, fast_autocast, optimizer_step, pad, progress
+from .. import checks
+from ..progress import progress
 from ..resume import Checkpointer, restore_rng, rng_state
+from ..training import fast_autocast, optimizer_step, pad
 from .profiles import TargetConfig
 
 
@@ -132,7 +134,7 @@ def train_causal_lm(
             "history": asdict(history)}, last_step=step == cfg.steps)
     model.eval()
     history.seconds = time.perf_counter() - start
-    check_finite(desc, history.train_loss[-1])
+    checks.finite_loss(history.train_loss[-1], desc)
     return history
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from ..runtime import progress
+from ..progress import progress
 
 
 def sync(device: torch.device) -> None:

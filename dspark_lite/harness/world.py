@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from . import cache, corpus, target, tokenizer
-from ..runtime import quiet_hub_bars
+from .hub import quiet_hub_bars
 from ..resume import Checkpointer
 from .profiles import Profile, TargetConfig, get_profile
 from .target import TrainHistory
