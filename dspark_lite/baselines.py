@@ -123,8 +123,9 @@ class ModelDrafter:
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """Read the context ids [L] not yet cached (at least the anchor, the last of them), then
         sample gamma tokens, each from the drafter's distribution after the ones before it."""
+        assert self.cache is not None, "start() first"
         cached = self.cache.get_seq_length()
-        assert cached < context_ids.shape[0], "start() first, and accept() after every draft()"
+        assert cached < context_ids.shape[0], "accept() after every draft()"
         step_input = context_ids[cached:].to(model_device(self.model))
         tokens, probs = [], []
         for _ in range(gamma):
