@@ -195,11 +195,11 @@ def block_targets(input_ids: Tensor, target_logits: Tensor, anchor_pos: Tensor, 
     device = target_logits.device
     anchor_pos, input_ids = anchor_pos.to(device), input_ids.to(device)
     last = input_ids.shape[1] - 1
-    positions = (anchor_pos[..., None] + torch.arange(1, gamma + 1, device=device)).clamp(max=last)
+    positions = (anchor_pos[..., None] + torch.arange(1, gamma + 1, device=device)).clamp(max=last)  # [B, A, gamma] p + k
     batch, n_anchors = anchor_pos.shape
-    tokens = input_ids.gather(1, positions.reshape(batch, -1)).reshape(batch, n_anchors, gamma)
+    tokens = input_ids.gather(1, positions.reshape(batch, -1)).reshape(batch, n_anchors, gamma)  # [B, A, gamma]
     rows = torch.arange(batch, device=device)[:, None, None]
-    probs = torch.softmax(target_logits[rows, positions - 1], dim=-1)
+    probs = torch.softmax(target_logits[rows, positions - 1], dim=-1)  # [B, A, gamma, V] p_t of slot k
     return BlockTargets(tokens, probs, slot_mask(anchor_pos, lengths, gamma))
 
 
@@ -212,16 +212,17 @@ def block_loss(output: BlockOutput, targets: BlockTargets, cfg: DrafterTrainConf
     """The position-weighted, masked loss ce_weight * CE + tv_weight * TV (+ confidence_weight *
     BCE(c_k, 1 - TV), Eq. 8) and its parts as numbers."""
     gamma = targets.tokens.shape[-1]
-    weights = position_weights(gamma, cfg.loss_decay, targets.tokens.device) * targets.mask
+    weights = position_weights(gamma, cfg.loss_decay, targets.tokens.device) * targets.mask  # [B, A, gamma] w_k
     total_weight = weights.sum().clamp(min=1e-6)
-    logits = output.logits.float()
+    logits = output.logits.float()  # [B, A, gamma, V]
     ce = F.cross_entropy(logits.flatten(0, 2), targets.tokens.flatten(), reduction="none").view_as(weights)
-    tv = total_variation(logits, targets.probs)
+    tv = total_variation(logits, targets.probs)  # [B, A, gamma]
     ce_loss, tv_loss = (ce * weights).sum() / total_weight, (tv * weights).sum() / total_weight
     loss = cfg.ce_weight * ce_loss + cfg.tv_weight * tv_loss
     parts = {"ce": ce_loss.item(), "tv": tv_loss.item()}
     if output.confidence_logits is not None and cfg.confidence_weight > 0:
-        bce = F.binary_cross_entropy_with_logits(output.confidence_logits.float(), (1 - tv).detach(), reduction="none")
+        soft_label = (1 - tv).detach()  # Eq. 8: c*_k = 1 - TV_k
+        bce = F.binary_cross_entropy_with_logits(output.confidence_logits.float(), soft_label, reduction="none")
         confidence_loss = (bce * weights).sum() / total_weight
         loss = loss + cfg.confidence_weight * confidence_loss
         parts["confidence_bce"] = confidence_loss.item()

@@ -158,6 +158,23 @@ def test_split_calibration_test_is_deterministic_and_disjoint():
     assert not np.array_equal(a_cal, other)
     with pytest.raises(ValueError, match="fraction must lie in"):
         cal.split_calibration_test(10, 1.0)
+    with pytest.raises(ValueError, match=r"n \(blocks to split\) must be an integer >= 2; got 1"):
+        cal.split_calibration_test(1, 0.5)
+    with pytest.raises(ValueError, match=r"calibration side of 0.01 x 10 blocks must lie in \(0, 10\); got 0"):
+        cal.split_calibration_test(10, 0.01)
+
+
+def test_interval_and_count_checks_say_what_was_wrong():
+    with pytest.raises(ValueError, match=r"eps must lie in \(0, 0.5\); got 0.5"):
+        cal.IsotonicCalibration(eps=0.5)
+    with pytest.raises(ValueError, match=r"threshold must lie in \[0, 1\]; got nan"):
+        cal.threshold_lengths(np.full((2, 3), 0.5), float("nan"))
+    with pytest.raises(ValueError, match="grid must be positive and finite"):
+        cal.PerPositionTemperatureScaling(grid=[1.0, np.inf])
+    with pytest.raises(ValueError, match="number of grid temperatures must be an integer >= 1; got 0"):
+        cal.SequentialTemperatureScaling(grid=[])
+    with pytest.raises(ValueError, match="y and weights must be non-empty 1-D arrays of equal length"):
+        cal.pool_adjacent_violators([1.0, 2.0], [1.0])
 
 
 def test_pav_hand_worked_examples():

@@ -403,3 +403,22 @@ def test_drafters_trained_side_by_side_must_read_the_same_target_layers():
         train_drafters({"a": dflash(target), "b": other}, target, data, DrafterTrainConfig(steps=1))
     with pytest.raises(ValueError, match="number of drafters must be an integer >= 1"):
         train_drafters({}, target, data, DrafterTrainConfig(steps=1))
+
+
+def test_a_training_recipe_is_checked_at_its_constructor():
+    for bad, message in [({"steps": 0}, "steps must be an integer >= 1; got 0"),
+                         ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0; got -1"),
+                         ({"tv_weight": -0.1}, "tv_weight must be >= 0; got -0.1"),
+                         ({"ce_weight": 0.0, "tv_weight": 0.0}, r"ce_weight \+ tv_weight must be > 0; got 0.0"),
+                         ({"lr": 0.0}, "lr must be > 0; got 0.0"),
+                         ({"loss_decay": -1.0}, "loss_decay must be > 0; got -1.0")]:
+        with pytest.raises(ValueError, match=message):
+            DrafterTrainConfig(**bad)
+    assert DrafterTrainConfig(loss_decay=None, warmup_steps=0).loss_decay is None
+
+
+def test_training_sequences_need_a_prompt_and_a_reply_of_two_tokens():
+    with pytest.raises(ValueError, match="sequence 1: needs a 1-D tensor with a prompt of >= 1 token and a reply of >= 2"):
+        TrainingSequences([random_ids(0, 6), random_ids(1, 5)], [4, 4], PAD_ID)
+    with pytest.raises(ValueError, match="2 sequences but 1 prompt lengths"):
+        TrainingSequences([random_ids(0, 6), random_ids(1, 6)], [4], PAD_ID)
