@@ -19,7 +19,7 @@ Every page's shape is reported, printed and written to SCREENSHOTS/page_shape.js
 its height that is code (visible input cells) and, per figure, its natural and displayed width and
 the size in px of its smallest text.
 
-Interactive figures (Vega-Lite, `dspark_lite/harness/interactive.py`): every control of every
+Interactive figures (Vega-Lite, `dspark_lite/harness/book/interactive.py`): every control of every
 figure is moved as a reader moves it, with the mouse and the keyboard (a slider: its thumb dragged
 to the right end, then Home; a select: its first two options picked), it must then show that
 value, and the figure's SVG must change between the two, with no console error; the figure is screenshotted in both states
@@ -122,7 +122,7 @@ JS_CHART_FONTS = """() => Array.from(document.querySelectorAll('.vega-embed svg'
     return {chart: i + 1, font_px: Math.round(least.px * 10) / 10, smallest_text: least.text,
             shown_px: Math.round(svg.getBoundingClientRect().width)};
 }).filter(x => x)"""
-MIN_FONT_PX = 9.0  # dspark_lite.harness.plots.MIN_FONT_PX (not imported: the check runs without the package)
+MIN_FONT_PX = 9.0  # dspark_lite.harness.book.plots.MIN_FONT_PX (not imported: the check runs without the package)
 SHAPE_FILE = "page_shape.json"
 REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
 

@@ -117,13 +117,13 @@ def _output_text(out: dict) -> str:
 
 def figure_output_problems(out: dict) -> list[str]:
     """A matplotlib PNG measured by the build (ci/kernel_setup.py) that is wider than the page or
-    whose smallest text renders below 9 px on it (dspark_lite.harness.plots.figure_problems)."""
+    whose smallest text renders below 9 px on it (dspark_lite.harness.book.plots.figure_problems)."""
     import base64
 
     png = out.get("data", {}).get("image/png")
     if not png:
         return []
-    from dspark_lite.harness.plots import figure_problems, png_report
+    from dspark_lite.harness.book.plots import figure_problems, png_report
 
     report, width = png_report(base64.b64decode("".join(png)))
     return figure_problems(report, width) if report is not None else []

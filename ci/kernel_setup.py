@@ -68,7 +68,7 @@ _tqdm_auto.tqdm = _tqdm_autonotebook.tqdm = TextBar
 _tqdm_auto.trange = _tqdm_autonotebook.trange = lambda *args, **kwargs: TextBar(range(*args), **kwargs)
 
 
-# Interactive figures (dspark_lite/harness/interactive.py, Altair): in the build they load Vega
+# Interactive figures (dspark_lite/harness/book/interactive.py, Altair): in the build they load Vega
 # from the book's own _static/vega/ (vendored from the npm registry by ci/vendor_widgets.sh,
 # files named <library>@<version>), never from a CDN, and draw SVG. In Jupyter and on Colab
 # Altair's own default applies.
@@ -96,7 +96,7 @@ else:
 
 # Figures: every PNG a chapter shows (IPython's inline backend saves each through
 # FigureCanvasBase.print_figure) carries the figure's width and smallest text
-# (dspark_lite.harness.plots.figure_report) in a PNG text chunk, where ci/check_notebooks.py fails
+# (dspark_lite.harness.book.plots.figure_report) in a PNG text chunk, where ci/check_notebooks.py fails
 # a figure wider than the page or with text below 9 px on it, and ci/browser_check.py reports
 # the size each figure's text renders at in the browser.
 def _install_figure_report():
@@ -111,7 +111,7 @@ def _install_figure_report():
         fmt = kwargs.get("format") or (str(filename).rsplit(".", 1)[-1] if isinstance(filename, str) else None)
         if fmt == "png":
             try:
-                from dspark_lite.harness.plots import PNG_KEY, figure_report
+                from dspark_lite.harness.book.plots import PNG_KEY, figure_report
 
                 dpi = kwargs.get("dpi")
                 report = figure_report(self.figure, None if dpi in (None, "figure") else dpi)

@@ -411,7 +411,7 @@ def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> tuple[int, ..
 
 def draft(draft: Any, target_logits: Tensor) -> None:
     """Raise ValueError unless `draft` (a `speculative.Draft`) fits `target_logits` [gamma+1, V]
-    (chapter 02): shapes, ids in range, rows that are distributions, and a positive probability
+   : shapes, ids in range, rows that are distributions, and a positive probability
     at every drafted token."""
     if target_logits.dim() != 2:
         raise ValueError(f"target_logits must have shape [gamma+1, V], got {tuple(target_logits.shape)}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lite.harness.serving import sample_block_records, simulate  # noqa: E402
+from dspark_lite.harness.serving.simulator import sample_block_records, simulate
 from dspark_lite.stepcurve import StepCurve  # noqa: E402
 
 GOAL_SECONDS = 2.0

@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lite.harness import cache, corpus, evaluation, regime, zoo  # noqa: E402
-from dspark_lite.harness.profiles import get_profile  # noqa: E402
-from dspark_lite.harness.world import load_toy_world  # noqa: E402
+from dspark_lite.harness.toy import cache, evaluation, regime, zoo
+from dspark_lite.harness.toy import corpus
+from dspark_lite.harness.toy.profiles import get_profile
+from dspark_lite.harness.toy.world import load_toy_world
 
 
 cache.package_source_hash = lambda package=None: "regime-experiments"
@@ -73,7 +74,7 @@ def main() -> None:
     out["target"] = {"seconds_loaded_or_trained": time.perf_counter() - start, "train_seconds": world.history.seconds,
                      "val_loss": world.history.val_loss[-1] if world.history.val_loss else None,
                      "non_embedding": regime.non_embedding_parameters(world.target)}
-    from dspark_lite.harness.target import reply_token_stats
+    from dspark_lite.harness.toy.target import reply_token_stats
     val = world.split("validation")
     entropy = {}
     for domain in corpus.DOMAINS:

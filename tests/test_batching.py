@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.harness.batching (chapter 06b): batched verification, padded and packed into a
+"""Tests for dspark_lite.harness.serving.batching (chapter 06b): batched verification, padded and packed into a
 varlen kernel, equals one-request verification, and real batched steps are timed, on a tiny
 random Qwen3 target."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from dspark_lite.harness.batching import (
-    PACKED_ATTENTION, PackedBatch, batched_verify, batched_verify_logits, pack_layout, packed_model,
-    packed_verify_logits, profile_varlen_step_curves, real_step_throughput, time_batched_step, time_packed_step,
-)
+from dspark_lite.harness.serving.batching import (PACKED_ATTENTION, PackedBatch, batched_verify,
+                                                  batched_verify_logits, pack_layout, packed_model,
+                                                  packed_verify_logits, profile_varlen_step_curves,
+                                                  real_step_throughput, time_batched_step, time_packed_step)
 from dspark_lite.stepcurve import StepCurve
 from dspark_lite.record import Rounds, logit
 from dspark_lite.baselines import autoregressive_generate

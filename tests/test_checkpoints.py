@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite.harness import checkpoints
-from dspark_lite.harness.checkpoints import CheckpointError
+from dspark_lite.harness.gpu import checkpoints, layouts, weights
+from dspark_lite.harness.gpu.weights import CheckpointError
 from dspark_lite.dflash import DFlashConfig, DFlashDrafter
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter
 
@@ -44,11 +44,11 @@ def target() -> Qwen3ForCausalLM:
 @pytest.fixture
 def saved(tmp_path: Path, target: Qwen3ForCausalLM) -> tuple[DSparkDrafter, Path]:
     drafter = tiny_dspark(target)
-    return drafter, checkpoints.save_released(drafter, tmp_path / "dspark", target.config)
+    return drafter, layouts.save_released(drafter, tmp_path / "dspark", target.config)
 
 
 def _rewrite(folder: Path, edit) -> None:
-    path = folder / checkpoints.WEIGHTS_FILE
+    path = folder / weights.WEIGHTS_FILE
     tensors = load_file(str(path))
     edit(tensors)
     save_file(tensors, str(path), metadata={"format": "pt"})
@@ -57,9 +57,9 @@ def _rewrite(folder: Path, edit) -> None:
 @pytest.mark.parametrize("head_type", ["markov", "rnn"])
 def test_round_trip_in_released_layout(tmp_path: Path, target: Qwen3ForCausalLM, head_type: str) -> None:
     drafter = tiny_dspark(target, head_type)
-    folder = checkpoints.save_released(drafter, tmp_path / head_type, target.config)
+    folder = layouts.save_released(drafter, tmp_path / head_type, target.config)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
-    keys = set(checkpoints.checkpoint_shapes(folder))
+    keys = set(weights.checkpoint_shapes(folder))
     assert {"embed_tokens.weight", "lm_head.weight", "fc.weight", "hidden_norm.weight", "norm.weight",
             "markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "confidence_head.proj.weight",
             "confidence_head.proj.bias", "layers.1.self_attn.k_norm.weight", "layers.0.mlp.down_proj.weight"} <= keys
@@ -96,7 +96,7 @@ def test_config_fields_map_onto_ours(saved: tuple[DSparkDrafter, Path], target: 
 
 def test_dflash_round_trip_has_no_heads(tmp_path: Path, target: Qwen3ForCausalLM) -> None:
     drafter = DFlashDrafter(target, DFlashConfig(target_layer_ids=(1,), mask_token_id=4, block_size=3), seed=1)
-    folder = checkpoints.save_released(drafter, tmp_path / "dflash", target.config)
+    folder = layouts.save_released(drafter, tmp_path / "dflash", target.config)
     raw = json.loads((folder / "config.json").read_text())
     assert raw["markov_rank"] == 0 and raw["enable_confidence_head"] is False and "markov_head_type" not in raw
     loaded = checkpoints.load_released(folder, target)
@@ -260,7 +260,7 @@ def test_a_file_without_the_targets_copies_loads_with_the_shared_check_on(saved,
     them) loads, with `check_shared` on, to the same drafter; there is nothing to compare, so no warning."""
     drafter, folder = saved
     _rewrite(folder, lambda tensors: [tensors.pop(key) for key in checkpoints.SHARED_KEYS])
-    assert not set(checkpoints.SHARED_KEYS) & set(checkpoints.checkpoint_shapes(folder))
+    assert not set(checkpoints.SHARED_KEYS) & set(weights.checkpoint_shapes(folder))
     loaded = checkpoints.load_released(folder, target, check_shared=True)
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), drafter.state_dict().values()))
     assert not [w for w in recwarn if "differs from the target" in str(w.message)]

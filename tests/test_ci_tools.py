@@ -428,7 +428,7 @@ def test_figures_too_wide_or_with_small_text_are_found(tmp_path: Path) -> None:
     page, or whose text renders below 9 px once scaled to the page, fails with the text named."""
     import base64
 
-    from dspark_lite.harness import plots
+    from dspark_lite.harness.book import plots
 
     good, wide, tiny = _figure_png(6.5, 11), _figure_png(18, 11), _figure_png(6.5, 6)
     report, width = plots.png_report(good)
@@ -455,7 +455,7 @@ def test_check_figure_raises_for_a_figure_the_page_cannot_show() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dspark_lite.harness import plots
+    from dspark_lite.harness.book import plots
 
     plots.set_theme()
     fig, ax = plt.subplots(figsize=(6.5, 3))

@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.harness.costs' step-curve profiler (chapter 06b): SPS(B) measured on a tiny
+"""Tests for dspark_lite.harness.serving.costs' step-curve profiler (chapter 06b): SPS(B) measured on a tiny
 random Qwen3 target, and its JSON round trip."""
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import json
 import pytest
 import torch
 
-from dspark_lite.harness.costs import (
-    concurrency_batch_sizes, load_step_curve, load_step_curves, profile_step_curve, profile_step_curves,
-    save_step_curve, save_step_curves, spread_tokens,
-)
-from dspark_lite.harness.serving import curve_at
+from dspark_lite.harness.serving.costs import (concurrency_batch_sizes, load_step_curve, load_step_curves,
+                                               profile_step_curve, profile_step_curves, save_step_curve,
+                                               save_step_curves, spread_tokens)
+from dspark_lite.harness.serving.simulator import curve_at
 from dspark_lite.stepcurve import StepCurve
 from test_drafters import tiny_target
 

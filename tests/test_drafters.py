@@ -14,7 +14,7 @@ from dspark_lite.dflash import DFlashConfig, DFlashDrafter
 from dspark_lite.eagle import EagleConfig, EagleDrafter
 from dspark_lite.hidden_drafter import AnchorBatch
 from dspark_lite.baselines import autoregressive_generate
-from dspark_lite.harness.replies import generate_training_sequences
+from dspark_lite.harness.toy.replies import generate_training_sequences
 from dspark_lite.speculative import Drafter, select_target_hidden, speculative_generate
 from dspark_lite.training import (
     DrafterTrainConfig,

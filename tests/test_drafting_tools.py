@@ -9,10 +9,11 @@ import pytest
 import torch
 from test_drafters import GAMMA, dflash, eagle, hidden_of, random_ids, tiny_target
 
-from dspark_lite.harness import collisions, corpus, zoo
-from dspark_lite.harness.costs import compare_draft_latency, draft_latency_curve
-from dspark_lite.harness.evaluation import summarize
-from dspark_lite.harness.profiles import get_profile
+from dspark_lite.harness.toy import collisions, zoo
+from dspark_lite.harness.toy import corpus, samplers
+from dspark_lite.harness.serving.costs import compare_draft_latency, draft_latency_curve
+from dspark_lite.harness.toy.evaluation import summarize
+from dspark_lite.harness.toy.profiles import get_profile
 from dspark_lite.record import Rounds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -41,10 +42,10 @@ def test_phrasings_need_matching_heads_and_tails():
 
 def test_chat_phrasings_come_from_the_corpus_lists():
     opener, agreement = collisions.chat_phrasings(corpus.CorpusKnobs(chat_branching=3))
-    assert [h + t for h, t in zip(opener.heads, opener.tails)] == list(corpus.OPENERS[:3])
-    adjective, verb = corpus.AGREEMENT[0]
+    assert [h + t for h, t in zip(opener.heads, opener.tails)] == list(samplers.OPENERS[:3])
+    adjective, verb = samplers.AGREEMENT[0]
     assert agreement.classify(f" {adjective} to {verb}. Here") == "coherent"
-    assert agreement.classify(f" {adjective} to {corpus.AGREEMENT[1][1]}.") == "mixed"
+    assert agreement.classify(f" {adjective} to {samplers.AGREEMENT[1][1]}.") == "mixed"
 
 
 def test_count_tallies_outcomes_and_keeps_distinct_examples():

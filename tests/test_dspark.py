@@ -17,7 +17,7 @@ from dspark_lite.dspark import DSparkConfig, DSparkDrafter, MarkovHead, RNNHead,
 from dspark_lite.record import Rounds, prefix_survival
 from dspark_lite.baselines import autoregressive_generate
 from dspark_lite.speculative import Drafter, speculative_generate
-from dspark_lite.harness.replies import generate_training_sequences
+from dspark_lite.harness.toy.replies import generate_training_sequences
 from dspark_lite.training import DrafterTrainConfig, train_drafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -23,12 +23,13 @@ from safetensors.torch import load_file, save_file
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite.eagle import EagleConfig, EagleDrafter
-from dspark_lite.harness import checkpoints
-from dspark_lite.harness.checkpoints import CheckpointError
+from dspark_lite.harness.gpu import checkpoints, eagle3, weights
+from dspark_lite.harness.gpu.weights import CheckpointError
 from dspark_lite.record import prefix_survival, tau
 from dspark_lite.baselines import autoregressive_generate
 from dspark_lite.speculative import Draft, speculative_generate, target_hidden
 from dspark_lite.training import DrafterTrainConfig, TrainingSequences, train_drafter
+from room_patch import patch_room
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,7 +131,7 @@ def test_loader_reads_deepspecs_layout(tmp_path, target, layer_ids, architecture
         assert torch.equal(value, written[key]), key
     assert drafter.shared.lm_head is target.get_output_embeddings()
     assert drafter.rotary_emb.inv_freq.dtype == torch.float32
-    direct = checkpoints.load_released_eagle3(folder, target)
+    direct = eagle3.load_released_eagle3(folder, target)
     assert all(torch.equal(v, direct.state_dict()[k]) for k, v in state.items())
 
 
@@ -230,9 +231,9 @@ def test_writer_writes_deepspecs_layout_and_reads_back(tmp_path, target) -> None
     with torch.no_grad():
         for param in drafter.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    folder = checkpoints.save_released_eagle3(drafter, tmp_path / "ours", target.config)
+    folder = eagle3.save_released_eagle3(drafter, tmp_path / "ours", target.config)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
-    assert set(checkpoints.checkpoint_shapes(folder)) == DEEPSPEC_KEYS
+    assert set(weights.checkpoint_shapes(folder)) == DEEPSPEC_KEYS
     raw = json.loads((folder / "config.json").read_text())
     assert raw["architectures"] == ["Qwen3Eagle3Model"] and raw["target_layer_ids"] == [0, 2, 4]
     assert (raw["ttt_length"], raw["num_hidden_layers"], raw["draft_num_hidden_layers"]) == (7, 1, 1)
@@ -259,14 +260,14 @@ def test_own_embeddings_read_the_checkpoints_head(tmp_path, target) -> None:
         shared = checkpoints.load_released(folder, target)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        own = checkpoints.load_released_eagle3(folder, target, own_embeddings=True)
+        own = eagle3.load_released_eagle3(folder, target, own_embeddings=True)
     assert own.cfg.own_embeddings and not shared.cfg.own_embeddings
     assert torch.equal(own.lm_head.weight, tensors["lm_head.weight"])
     assert not own.lm_head.weight.requires_grad and not own.embed_tokens.weight.requires_grad
     h = torch.randn(3, HIDDEN)
     torch.testing.assert_close(own.logits_from_hidden(h), h @ tensors["lm_head.weight"].T)
     torch.testing.assert_close(shared.logits_from_hidden(h), h @ target.lm_head.weight.detach().T)
-    again = checkpoints.load_released_eagle3(checkpoints.save_released_eagle3(own, tmp_path / "again"), target,
+    again = eagle3.load_released_eagle3(eagle3.save_released_eagle3(own, tmp_path / "again"), target,
                                              own_embeddings=True)
     assert torch.equal(again.lm_head.weight, tensors["lm_head.weight"])
 
@@ -280,8 +281,8 @@ def test_qwen3_4b_shaped_eagle3_builds_on_meta() -> None:
     with torch.device("meta"):
         shell = Qwen3ForCausalLM(config)
     shell.generation_config = GenerationConfig.from_pretrained(QWEN3_4B)
-    released = checkpoints.parse_eagle3_config(deepspec_config(shell, [1, 9, 17, 25, 33]))
-    drafter = checkpoints.build_eagle3(released, shell, dtype=torch.bfloat16)
+    released = eagle3.parse_eagle3_config(deepspec_config(shell, [1, 9, 17, 25, 33]))
+    drafter = eagle3.build_eagle3(released, shell, dtype=torch.bfloat16)
     assert drafter.fc.weight.shape == (2560, 5 * 2560) and drafter.fc.weight.device.type == "meta"
     assert drafter.layers[0].self_attn.q_proj.weight.shape == (32 * 128, 2 * 2560)
     assert drafter.block_size == 7 and drafter.end_ids == (151645, 151643)
@@ -322,19 +323,19 @@ def test_bad_checkpoints_fail_clearly_before_any_tensor_is_read(tmp_path, target
     config, tensors = deepspec_config(target, (1, 3)), deepspec_tensors(target, 2)
     edit(config, tensors)
     folder = write_deepspec(tmp_path / "bad", target, (1, 3), tensors=tensors, config=config)
-    monkeypatch.setattr(checkpoints, "_read_tensors", _no_weights_read)
-    monkeypatch.setattr(checkpoints, "_read_rows", _no_weights_read)
+    patch_room(monkeypatch, (checkpoints, eagle3), "read_tensors", _no_weights_read)
+    monkeypatch.setattr(checkpoints, "read_rows", _no_weights_read)
     with pytest.raises(CheckpointError, match=message):
-        checkpoints.load_released_eagle3(folder, target)
+        eagle3.load_released_eagle3(folder, target)
 
 
 def test_own_embeddings_need_the_checkpoints_copies(tmp_path, target, monkeypatch) -> None:
     tensors = deepspec_tensors(target, 2)
     del tensors["lm_head.weight"]
     folder = write_deepspec(tmp_path / "headless", target, (1, 3), tensors=tensors)
-    monkeypatch.setattr(checkpoints, "_read_tensors", _no_weights_read)
+    patch_room(monkeypatch, (checkpoints, eagle3), "read_tensors", _no_weights_read)
     with pytest.raises(CheckpointError, match="missing key 'lm_head.weight'"):
-        checkpoints.load_released_eagle3(folder, target, own_embeddings=True)
+        eagle3.load_released_eagle3(folder, target, own_embeddings=True)
 
 
 # ---------------------------------------------------------------------------------------- the early stop

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dspark_lite import calibration, scheduler
-from dspark_lite.harness import engines
+from dspark_lite.harness.serving import engines
 from dspark_lite.record import sigmoid
 from dspark_lite.stepcurve import StepCurve
 

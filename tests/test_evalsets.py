@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dspark_lite.harness import evalsets
-from dspark_lite.harness.evalsets import EvalSetError
+from dspark_lite.harness.gpu import evalsets
+from dspark_lite.harness.gpu.evalsets import EvalSetError
 
 
 def test_fixture_covers_table1_with_first_turns() -> None:

@@ -13,15 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dspark_lite.harness.results import results_dir
+from dspark_lite.harness.result_files import results_dir
 
 REPO = Path(__file__).resolve().parent.parent
 RAM_LIMIT_GIB = 20.0  # this machine has 24 GB; target 7.5 GiB + drafter 1.1 GiB + working memory must fit well under it
 
 
 def test_full_size_dry_run_on_the_cpu(tmp_path: Path) -> None:
-    code = ("import json, sys; from dspark_lite.harness import gpu; "
-            f"print('DRY-RUN ' + json.dumps(gpu.full_size_dry_run({str(tmp_path)!r}, new_tokens=24)))")
+    code = ("import json, sys; from dspark_lite.harness.gpu import headless; "
+            f"print('DRY-RUN ' + json.dumps(headless.full_size_dry_run({str(tmp_path)!r}, new_tokens=24)))")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "DSPARK_RESULTS": str(tmp_path / "results")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]

@@ -10,40 +10,44 @@ import pytest
 import torch
 
 from dspark_lite import runtime
-from dspark_lite.harness import benchmark, evalsets, gpu, results
-from dspark_lite.harness.evaluation import summarize
-from dspark_lite.harness.profiles import get_profile
+from dspark_lite.harness.serving import benchmark
+from dspark_lite.harness.gpu import evalsets
+from dspark_lite.harness.gpu import headless, loading, measure, memory, preflight
+from dspark_lite.harness.book import results
+from dspark_lite.harness.toy.evaluation import summarize
+from dspark_lite.harness.toy.profiles import get_profile
 from dspark_lite.record import Rounds
-from dspark_lite.harness.replies import encode_prompt
+from dspark_lite.harness.toy.replies import encode_prompt
+from room_patch import gpu_room, patch_room
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_modes_need_a_gpu_except_smoke() -> None:
     cpu = torch.device("cpu")
-    assert gpu.resolve_mode("auto", cpu) == "smoke" and gpu.pick_dtype(cpu) == torch.float32
+    assert loading.resolve_mode("auto", cpu) == "smoke" and loading.pick_dtype(cpu) == torch.float32
     for mode in ("real", "random-weights"):
         with pytest.raises(ValueError, match="needs a CUDA GPU"):
-            gpu.resolve_mode(mode, cpu)
+            loading.resolve_mode(mode, cpu)
     with pytest.raises(ValueError, match="MODE must be"):
-        gpu.resolve_mode("fast", cpu)
+        loading.resolve_mode("fast", cpu)
 
 
 def test_slug_and_shard() -> None:
-    assert gpu.slug("NVIDIA H100 80GB HBM3") == "h100_80gb_hbm3"
-    assert gpu.shard(list(range(7)), 1, 3) == [1, 4] and gpu.shard([], 0, 2) == []
+    assert loading.slug("NVIDIA H100 80GB HBM3") == "h100_80gb_hbm3"
+    assert measure.shard(list(range(7)), 1, 3) == [1, 4] and measure.shard([], 0, 2) == []
     with pytest.raises(ValueError, match="rank"):
-        gpu.shard([1], 2, 2)
+        measure.shard([1], 2, 2)
 
 
 def test_paper_table1_covers_the_benchmarks() -> None:
-    assert all(list(row) == list(evalsets.TABLE1_ORDER) for row in gpu.PAPER_TABLE1.values())
+    assert all(list(row) == list(evalsets.TABLE1_ORDER) for row in loading.PAPER_TABLE1.values())
 
 
 def test_smoke_world_goes_through_the_released_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path / "results"))
     study = get_profile("smoke").gpu
-    world = gpu.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
+    world = loading.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
     assert sorted(p.name for p in (tmp_path / "world" / "dspark_tiny_block7").iterdir()) == ["config.json", "model.safetensors"]
     assert set(world.drafters) == {"eagle3", "dflash", "dspark"} and world.drafters["dspark"].confidence_head is not None
     # issue 31, item 6: the Eagle3 row goes through DeepSpec's Eagle3 layout and stops its chain at the end id
@@ -57,9 +61,9 @@ def test_smoke_world_goes_through_the_released_layout(tmp_path: Path, monkeypatc
     ids = encode_prompt(world.tokenizer, "Solve 2 + 2.")
     assert ids.dim() == 1 and ids.numel() > 3
     for kind in world.drafters:
-        run = gpu.run_benchmark(world, kind, ["Solve 2 + 2."], study, seed=0)
+        run = measure.run_benchmark(world, kind, ["Solve 2 + 2."], study, seed=0)
         assert 1.0 <= run.acceptance.tau <= study.gamma + 1 and len(run.acceptance.record) == run.acceptance.rounds
-    path = gpu.save_results(world, {"table1": {"dspark": {"gsm8k": run.acceptance.tau}}}, "smoke")
+    path = preflight.save_results(world, {"table1": {"dspark": {"gsm8k": run.acceptance.tau}}}, "smoke")
     assert path.parent == tmp_path / "results" and "data/results" not in str(path)
 
 
@@ -75,8 +79,8 @@ def _gpu_record(mode: str, date: str, source: str = "deepspec", tau: float = 6.0
 
 
 def _fake_runs(kinds=("dflash",)) -> dict:
-    run = gpu.BenchmarkRun(summarize("x", Rounds.of([7, 7], [3, 5]), 7, 10, keep_record=True),
-                           dict.fromkeys(gpu.PHASES, 0.1))
+    run = measure.BenchmarkRun(summarize("x", Rounds.of([7, 7], [3, 5]), 7, 10, keep_record=True),
+                           dict.fromkeys(measure.PHASES, 0.1))
     return {kind: {name: run for name in evalsets.TABLE1_ORDER} for kind in kinds}
 
 
@@ -85,31 +89,31 @@ def test_only_the_full_protocol_is_filed_as_table1(tmp_path: Path, monkeypatch: 
     with its sizes beside the paper's numbers; only DeepSpec's counts at 2048 tokens, T = 1 and
     gamma 7 on its own files is Table 1."""
     full, smaller = dict(evalsets.DEEPSPEC_COUNTS), dict.fromkeys(evalsets.TABLE1_ORDER, 20)
-    assert gpu.run_protocol("real", "deepspec", full, 2048, 1.0, 7) == "table1"
-    assert gpu.run_protocol("real", "deepspec", smaller, 256, 1.0, 7) == "subset"
-    assert gpu.run_protocol("real", "deepspec", full, 256, 1.0, 7) == "subset"
-    assert gpu.run_protocol("real", "deepspec", full, 2048, 0.6, 7) == "subset"
-    assert gpu.run_protocol("real", "deepspec", full, 2048, 1.0, 5) == "subset"
-    assert gpu.run_protocol("real", "hub", full, 2048, 1.0, 7) == "subset"
-    assert gpu.run_protocol("real", "fixture", full, 2048, 1.0, 7) is None
-    assert gpu.run_protocol("random-weights", "deepspec", full, 2048, 1.0, 7) is None
-    assert gpu.protocol_differences("real", "deepspec", smaller, 256, 1.0, 7) == [
+    assert measure.run_protocol("real", "deepspec", full, 2048, 1.0, 7) == "table1"
+    assert measure.run_protocol("real", "deepspec", smaller, 256, 1.0, 7) == "subset"
+    assert measure.run_protocol("real", "deepspec", full, 256, 1.0, 7) == "subset"
+    assert measure.run_protocol("real", "deepspec", full, 2048, 0.6, 7) == "subset"
+    assert measure.run_protocol("real", "deepspec", full, 2048, 1.0, 5) == "subset"
+    assert measure.run_protocol("real", "hub", full, 2048, 1.0, 7) == "subset"
+    assert measure.run_protocol("real", "fixture", full, 2048, 1.0, 7) is None
+    assert measure.run_protocol("random-weights", "deepspec", full, 2048, 1.0, 7) is None
+    assert measure.protocol_differences("real", "deepspec", smaller, 256, 1.0, 7) == [
         "20 prompts a benchmark on 9 of 9 benchmarks, not DeepSpec's counts", "256 new tokens a prompt, not 2048"]
-    world = gpu.World("real", torch.device("cpu"), torch.bfloat16, None, None, {})
+    world = loading.World("real", torch.device("cpu"), torch.bfloat16, None, None, {})
     study = get_profile("full").gpu
-    payload = gpu.analyze(world, _fake_runs(), study, 0, "deepspec",
+    payload = headless.analyze(world, _fake_runs(), study, 0, "deepspec",
                           {n: ["p"] * 20 for n in evalsets.TABLE1_ORDER}, race=False, profile=False)
     assert "table1" not in payload and payload["environment"]["protocol"] == "subset"
     assert payload["subset"]["prompts_per_benchmark"] == smaller and payload["subset"]["new_tokens"] == 256
     assert payload["subset"]["tau"]["dflash"]["gsm8k"] == pytest.approx(5.0) and "paper_table1" in payload
     protocol_study = dataclasses.replace(study, new_tokens=2048)
-    payload = gpu.analyze(world, _fake_runs(), protocol_study, 0, "deepspec",
+    payload = headless.analyze(world, _fake_runs(), protocol_study, 0, "deepspec",
                           {n: ["p"] * c for n, c in full.items()}, race=False, profile=False)
     assert "table1" in payload and "subset" not in payload and payload["environment"]["protocol"] == "table1"
-    monkeypatch.setattr(gpu, "gpu_name", lambda device: "NVIDIA L4")
+    patch_room(monkeypatch, gpu_room, "gpu_name", lambda device: "NVIDIA L4")
     cuda = torch.device("cuda:0")
-    assert gpu.results_file("real", cuda, "deepspec", subset=True).name == "qwen3_4b_l4_subset.json"
-    assert gpu.results_file("real", cuda, "deepspec").name == "qwen3_4b_l4.json"
+    assert preflight.results_file("real", cuda, "deepspec", subset=True).name == "qwen3_4b_l4_subset.json"
+    assert preflight.results_file("real", cuda, "deepspec").name == "qwen3_4b_l4.json"
 
 
 def test_results_page_reads_old_and_new_files(tmp_path: Path) -> None:
@@ -173,7 +177,7 @@ def test_dtype_follows_compute_capability(monkeypatch: pytest.MonkeyPatch) -> No
     for capability, dtype in (((7, 5), torch.float32), ((7, 0), torch.float32), ((8, 0), torch.bfloat16),
                               ((8, 9), torch.bfloat16), ((9, 0), torch.bfloat16)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, c=capability, **k: c)
-        assert gpu.pick_dtype(cuda) == dtype, capability
+        assert loading.pick_dtype(cuda) == dtype, capability
         assert runtime.pick_dtype(cuda) == dtype, capability
         assert runtime.bf16_autocast_pays(cuda) == (dtype == torch.bfloat16), capability
 
@@ -191,11 +195,11 @@ def test_baseline_samples_at_t1_whatever_the_hub_config_says() -> None:
     target.generation_config = GenerationConfig(do_sample=True, temperature=0.6, top_k=1, top_p=0.95, min_p=0.5,
                                                 repetition_penalty=1.5, eos_token_id=[62, 63], pad_token_id=63)
     ids = torch.tensor([1, 2, 3, 4])
-    greedy = gpu.hf_generate(target, 12, 0.0, None, 0)(ids)
+    greedy = memory.hf_generate(target, 12, 0.0, None, 0)(ids)
     samples = []
     for seed in range(4):
         torch.manual_seed(seed)
-        samples.append(gpu.hf_generate(target, 12, 1.0, None, 0)(ids))
+        samples.append(memory.hf_generate(target, 12, 1.0, None, 0)(ids))
     assert any(not torch.equal(s[: len(greedy)], greedy[: len(s)]) for s in samples), "sampling at T = 1 gave greedy"
     config = benchmark.generation_config(12, 1.0, [62, 63], None)
     merged, _ = target._prepare_generation_config(config)  # transformers' own merge with the model's config
@@ -205,40 +209,40 @@ def test_baseline_samples_at_t1_whatever_the_hub_config_says() -> None:
 
 def test_end_ids_come_from_the_generation_config() -> None:
     """Issue 19, item 6 (harness side): both of Qwen3's end ids reach the engine and the baseline."""
-    target = gpu.random_target(gpu.QWEN3_4B / "config.json", torch.device("meta"), torch.bfloat16)
+    target = loading.random_target(loading.QWEN3_4B / "config.json", torch.device("meta"), torch.bfloat16)
     tok = type("Tok", (), {"eos_token_id": 151645})()
-    assert gpu.end_token_ids(target, tok) == [151645, 151643]
-    world = gpu.World("random-weights", torch.device("meta"), torch.bfloat16, target, tok, {})
+    assert loading.end_token_ids(target, tok) == [151645, 151643]
+    world = loading.World("random-weights", torch.device("meta"), torch.bfloat16, target, tok, {})
     assert world.eos_token_ids == [151645, 151643]
     target.generation_config.eos_token_id = None
-    assert gpu.end_token_ids(target, tok) == [151645]
+    assert loading.end_token_ids(target, tok) == [151645]
 
 
 def test_real_runs_refuse_the_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 19, item 4: without DeepSpec's files (or an allowed download) a real run has no prompts;
     on the fixture it is saved as a fixture run and never set beside the paper."""
     with pytest.raises(FileNotFoundError, match="Table 1 needs DeepSpec's evaluation files"):
-        gpu.load_prompts(2)
-    prompts, source = gpu.load_prompts(2, allow_fixture=True)
+        measure.load_prompts(2)
+    prompts, source = measure.load_prompts(2, allow_fixture=True)
     assert source == "fixture" and all(len(p) <= 2 for p in prompts.values())
     (tmp_path / "eval_datasets").mkdir()
     for name in evalsets.TABLE1_ORDER:
         (tmp_path / "eval_datasets" / f"{name}.jsonl").write_text('{"turns": ["a real prompt"]}\n')
-    assert gpu.load_prompts(2, tmp_path)[1] == "deepspec"
+    assert measure.load_prompts(2, tmp_path)[1] == "deepspec"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="offline"):
-        gpu.load_prompts(2, download=True)
-    assert gpu.comparable_to_paper("real", "deepspec") and not gpu.comparable_to_paper("real", "fixture")
-    assert not gpu.comparable_to_paper("random-weights", "deepspec")
-    monkeypatch.setattr(gpu, "gpu_name", lambda device: "NVIDIA L4")
-    world = gpu.World("real", torch.device("cuda:0"), torch.bfloat16, None, None, {})
-    assert gpu.result_path(world, "fixture").name == "qwen3_4b_l4_fixture.json"
-    assert gpu.result_path(world, "deepspec", subset=True).name == "qwen3_4b_l4_subset.json"
-    assert gpu.result_path(world, "deepspec").name == "qwen3_4b_l4.json"
-    run = gpu.BenchmarkRun(summarize("gsm8k", Rounds.of([7], [3]), 7, 4, keep_record=True),
-                           dict.fromkeys(gpu.PHASES, 0.0))
-    assert "tau (paper)" not in gpu.table1_frame({"dspark": {"gsm8k": run}}, compare=False)
-    assert gpu.table1_frame({"dspark": {"gsm8k": run}})["tau (paper)"].tolist() == [6.11]
+        measure.load_prompts(2, download=True)
+    assert measure.comparable_to_paper("real", "deepspec") and not measure.comparable_to_paper("real", "fixture")
+    assert not measure.comparable_to_paper("random-weights", "deepspec")
+    patch_room(monkeypatch, gpu_room, "gpu_name", lambda device: "NVIDIA L4")
+    world = loading.World("real", torch.device("cuda:0"), torch.bfloat16, None, None, {})
+    assert preflight.result_path(world, "fixture").name == "qwen3_4b_l4_fixture.json"
+    assert preflight.result_path(world, "deepspec", subset=True).name == "qwen3_4b_l4_subset.json"
+    assert preflight.result_path(world, "deepspec").name == "qwen3_4b_l4.json"
+    run = measure.BenchmarkRun(summarize("gsm8k", Rounds.of([7], [3]), 7, 4, keep_record=True),
+                           dict.fromkeys(measure.PHASES, 0.0))
+    assert "tau (paper)" not in measure.table1_frame({"dspark": {"gsm8k": run}}, compare=False)
+    assert measure.table1_frame({"dspark": {"gsm8k": run}})["tau (paper)"].tolist() == [6.11]
 
 
 def test_merge_pools_the_ranks_parts() -> None:
@@ -253,36 +257,36 @@ def test_merge_pools_the_ranks_parts() -> None:
     ended = np.where(np.arange(7) < 3, 2.0, np.nan)
     parts = [part(0, Rounds.of([7, 7], [7, 2], z)), part(1, Rounds.of([7, 3], [0, 3], np.stack([z[0], ended]),
                                                                       ended_in_draft=[False, True]))]
-    runs = gpu.merge_parts(json.loads(json.dumps(parts)), gamma=7)
+    runs = headless.merge_parts(json.loads(json.dumps(parts)), gamma=7)
     run = runs["dspark"]["gsm8k"]
     assert run.acceptance.rounds == 4 and run.acceptance.tau == pytest.approx((8 + 3 + 1 + 3) / 4)
     assert run.seconds["verify"] == pytest.approx(0.6) and run.acceptance.tokens == 8 + 3 + 1 + 3  # the tokens each rank reported, summed
     record = run.acceptance.record
     assert list(zip(record.accepted.tolist(), record.ended_in_draft.tolist())) == [(7, False), (2, False), (0, False),
                                                                                   (3, True)]
-    full = gpu.block_records(runs["dspark"], 7)
+    full = measure.block_records(runs["dspark"], 7)
     assert full.logits.shape == (3, 7) and full.domains == ["math"]  # full blocks only, labelled by domain
-    overheads = gpu.engine_overheads(runs)
+    overheads = measure.engine_overheads(runs)
     assert overheads.loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 4)
     timed = json.loads(json.dumps(parts))  # issue 31, item 12: seconds cover only the timed prompts' rounds
     for p in timed:
         p["runs"]["dspark"]["gsm8k"]["timed_rounds"] = 1
-    sampled = gpu.merge_parts(timed, gamma=7)
+    sampled = headless.merge_parts(timed, gamma=7)
     assert sampled["dspark"]["gsm8k"].rounds_timed == 2 and sampled["dspark"]["gsm8k"].acceptance.rounds == 4
-    assert gpu.engine_overheads(sampled).loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 2)
+    assert measure.engine_overheads(sampled).loc["dspark", "verify ms/round"] == pytest.approx(1e3 * 0.6 / 2)
     with pytest.raises(ValueError, match="one part per rank"):
-        gpu.merge_parts(parts[:1], gamma=7)
+        headless.merge_parts(parts[:1], gamma=7)
     with pytest.raises(ValueError, match="one part per rank"):
-        gpu.merge_parts([parts[0], parts[0]], gamma=7)
+        headless.merge_parts([parts[0], parts[0]], gamma=7)
 
 
 def test_memory_table_and_profile_sizes_from_the_configs() -> None:
     """The chapter's memory table is computed from the configs; the profiler keeps the R that fit."""
     from transformers import Qwen3Config
 
-    config = Qwen3Config(**json.loads((gpu.QWEN3_4B / "config.json").read_text()))
-    folders = {k: gpu.QWEN3_4B / Path(v).name for k, v in gpu.DRAFTER_IDS.items()}
-    table = gpu.memory_table(config, folders, torch.bfloat16, 2048).set_index("part")
+    config = Qwen3Config(**json.loads((loading.QWEN3_4B / "config.json").read_text()))
+    folders = {k: loading.QWEN3_4B / Path(v).name for k, v in loading.DRAFTER_IDS.items()}
+    table = memory.memory_table(config, folders, torch.bfloat16, 2048).set_index("part")
     assert 4.0 < table["parameters (B)"].iloc[0] < 4.03  # Qwen3-4B: 4.02B with the tied embedding once
     eagle3, dflash, dspark = table["parameters (B)"].iloc[1:4]
     assert 0.61 < dspark < 0.62, dspark  # of its 1.39B, 0.78B are the embedding / LM-head copies it shares
@@ -292,16 +296,16 @@ def test_memory_table_and_profile_sizes_from_the_configs() -> None:
     hidden, heads, kv, mlp = 2560, 32 * 128, 8 * 128, 9728
     layer = 2 * hidden * (heads + 2 * kv) + heads * hidden + 2 * 128 + 3 * hidden * mlp + 3 * hidden
     assert eagle3 * 1e9 == pytest.approx(5 * hidden * hidden + layer + hidden, abs=1)
-    assert gpu.kv_bytes_per_token(config, 2) == 2 * 36 * 8 * 128 * 2
+    assert memory.kv_bytes_per_token(config, 2) == 2 * 36 * 8 * 128 * 2
     assert table["GiB"].iloc[4] == pytest.approx(2 * 36 * 8 * 128 * 2 * 2048 / 2**30)
-    assert gpu.memory_display(table.reset_index()).iloc[4, 0] == "n/a"  # issue 31, item 11: no NaN on the page
-    need = [gpu.profile_step_bytes(config, R, 7, 256, 2) for R in (1, 8, 64)]
+    assert memory.memory_display(table.reset_index()).iloc[4, 0] == "n/a"  # issue 31, item 11: no NaN on the page
+    need = [memory.profile_step_bytes(config, R, 7, 256, 2) for R in (1, 8, 64)]
     assert need[0] < need[1] < need[2]
     free = need[1] / 0.6 + 1
-    assert gpu.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, free) == [1, 8]
-    assert gpu.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, None) == [1, 8, 64]
+    assert memory.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, free) == [1, 8]
+    assert memory.affordable_concurrencies(config, (1, 8, 64), 7, 256, 2, None) == [1, 8, 64]
     with pytest.raises(MemoryError, match="lower profile_context"):
-        gpu.affordable_concurrencies(config, (8, 64), 7, 256, 2, need[0])
+        memory.affordable_concurrencies(config, (8, 64), 7, 256, 2, need[0])
 
 
 def test_generation_length_is_a_parameter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,12 +316,12 @@ def test_generation_length_is_a_parameter(tmp_path: Path, monkeypatch: pytest.Mo
     cell = next(c for c in nbformat.read(REPO / "chapters" / "07_qwen3_4b_gpu.ipynb", as_version=4).cells
                 if "parameters" in c.get("metadata", {}).get("tags", []))
     assert "NEW_TOKENS = " in cell.source
-    assert gpu.HEADLESS_DEFAULTS["real"]["new_tokens"] == gpu.PAPER_NEW_TOKENS == 2048
-    assert gpu.parse_args(["--mode", "real", "--new-tokens", "512"]).new_tokens == 512
+    assert headless.HEADLESS_DEFAULTS["real"]["new_tokens"] == measure.PAPER_NEW_TOKENS == 2048
+    assert headless.parse_args(["--mode", "real", "--new-tokens", "512"]).new_tokens == 512
     monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path / "results"))
     study = get_profile("smoke").gpu
-    world = gpu.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
+    world = loading.load_world("smoke", torch.device("cpu"), study, 0, workdir=tmp_path / "world")
     for new_tokens in (3, 11):
         short = dataclasses.replace(study, new_tokens=new_tokens)
-        run = gpu.run_benchmark(world, "dspark", ["Solve 2 + 2.", "Write a haiku."], short, seed=0)
+        run = measure.run_benchmark(world, "dspark", ["Solve 2 + 2.", "Write a haiku."], short, seed=0)
         assert run.acceptance.tokens <= 2 * new_tokens and run.acceptance.rounds >= 2

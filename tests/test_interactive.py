@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.harness.interactive (chapters 02, 05, 06b): every state a figure can show
+"""Tests for dspark_lite.harness.book.interactive (chapters 02, 05, 06b): every state a figure can show
 is what the Python function the chapter calls gives for the same inputs (one code path for the
 numbers), and every control is bound to a value the data holds. The browser check
 (ci/browser_check.py) drives the controls in Chromium."""
@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from dspark_lite import calibration, scheduler
-from dspark_lite.harness import interactive
+from dspark_lite.harness.book import interactive
 from dspark_lite.stepcurve import StepCurve
-from dspark_lite.harness.serving import resolve_scheduler
+from dspark_lite.harness.serving.simulator import resolve_scheduler
 from dspark_lite.record import Rounds, sigmoid
 from synthetic import synthetic_rollouts
 

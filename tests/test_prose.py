@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 
 from ci.check_prose import check_notebook, measured_numbers
-from dspark_lite.harness import results
+from dspark_lite.harness.book import results
 
 
 def test_a_typed_in_measurement_fails() -> None:
@@ -63,7 +63,7 @@ def test_the_book_states_no_typed_in_measurement() -> None:
 def test_printed_values_read_as_words_not_reprs():
     import numpy as np
 
-    from dspark_lite.harness.results import plain
+    from dspark_lite.harness.book.results import plain
 
     assert plain({"math": 0.0261, "code": 0.273, "chat": 0.4}) == "math 0.026, code 0.273 and chat 0.4"
     assert plain(["math", "code"]) == "math and code" and plain([]) == "none" and plain(("chat",)) == "chat"

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite.harness import corpus, regime
+from dspark_lite.harness.toy import corpus
+from dspark_lite.harness.toy import regime
 
 
 def tiny_qwen3(layers: int = 3, hidden: int = 32, intermediate: int = 48) -> Qwen3ForCausalLM:

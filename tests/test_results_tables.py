@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from dspark_lite.harness import results
+from dspark_lite.harness.book import results
 
 
 def cells(html: str) -> list[str]:

@@ -10,10 +10,10 @@ import torch
 from test_drafters import PAD_ID, dflash, eagle, random_ids, stub_tokenizer, tiny_target
 
 from dspark_lite import resume
-from dspark_lite.harness import cache
-from dspark_lite.harness.profiles import get_profile
-from dspark_lite.harness.target import build_target, train_causal_lm
-from dspark_lite.harness.replies import generate_training_sequences
+from dspark_lite.harness.toy import cache
+from dspark_lite.harness.toy.profiles import get_profile
+from dspark_lite.harness.toy.target import build_target, train_causal_lm
+from dspark_lite.harness.toy.replies import generate_training_sequences
 from dspark_lite.training import DrafterTrainConfig, train_drafters
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dspark_lite.harness import results
+from dspark_lite.harness.book import results
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO / "chapters").glob("*.ipynb"))

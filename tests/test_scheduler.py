@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from reference import chi_square_p_value
 
-from dspark_lite.harness.scheduler_studies import APPENDIX_A_CURVE, brute_force_optimum, speculative_first_token
+from dspark_lite.harness.serving.scheduler_studies import (APPENDIX_A_CURVE, brute_force_optimum,
+                                                           speculative_first_token)
 from dspark_lite.scheduler import (
     SCHEDULERS, asynchronous_schedule, expected_throughput, fixed_length, global_search, mtp1, prefix_thetas,
     prefix_throughputs, schedule, schedule_reference, schedule_trials, static_threshold, survival,

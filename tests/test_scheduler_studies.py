@@ -1,11 +1,11 @@
-"""Tests for dspark_lite.harness.scheduler_studies (chapter 06): the brute-force check and Appendix A's Monte Carlo."""
+"""Tests for dspark_lite.harness.serving.scheduler_studies (chapter 06): the brute-force check and Appendix A's Monte Carlo."""
 import numpy as np
 import pytest
 
-from dspark_lite.harness.scheduler_studies import (
-    APPENDIX_A_CURVE, appendix_a_asynchronous, appendix_a_confidences, appendix_a_monte_carlo, brute_force_optimum,
-    brute_force_study, is_unimodal, random_step_curve,
-)
+from dspark_lite.harness.serving.scheduler_studies import (APPENDIX_A_CURVE, appendix_a_asynchronous,
+                                                           appendix_a_confidences, appendix_a_monte_carlo,
+                                                           brute_force_optimum, brute_force_study,
+                                                           is_unimodal, random_step_curve)
 from dspark_lite.scheduler import expected_throughput, prefix_throughputs, schedule
 
 

@@ -1,4 +1,4 @@
-"""Tests for dspark_lite.harness.serving (chapter 06b): the serving simulator, on synthetic block
+"""Tests for dspark_lite.harness.serving.simulator (chapter 06b): the serving simulator, on synthetic block
 records and analytic step curves."""
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import pytest
 
 from dspark_lite.scheduler import global_search, static_threshold
 from dspark_lite.stepcurve import StepCurve
-from dspark_lite.harness.serving import (
-    ordering_agreement, replayed_sweep, resolve_scheduler, sample_block_records, simulate, sla_gain,
-    lead_with_noise, sweep, versus_best_baseline,
-)
+from dspark_lite.harness.serving.simulator import (ordering_agreement, replayed_sweep, resolve_scheduler,
+                                                   sample_block_records, simulate, sla_gain, lead_with_noise,
+                                                   sweep, versus_best_baseline)
 from dspark_lite.record import Rounds, logit
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -629,7 +629,7 @@ def test_gumbel_max_draws_from_the_tempered_softmax():
 
 
 def test_race_takes_turns_on_every_prompt_and_counts_tokens():
-    from dspark_lite.harness import benchmark
+    from dspark_lite.harness.serving import benchmark
 
     calls = []
 
@@ -654,7 +654,7 @@ def test_only_transformers_own_assistant_notice_is_dropped(caplog) -> None:
     assistant call; any other warning of that logger still shows."""
     import logging
 
-    from dspark_lite.harness.benchmark import without_assistant_config_notice
+    from dspark_lite.harness.serving.benchmark import without_assistant_config_notice
 
     logger = logging.getLogger("transformers.generation.utils")
     with caplog.at_level(logging.WARNING, logger="transformers.generation.utils"):

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_check import PROMPTS, VOCAB, noisy_copy, tiny_target  # noqa: E402
 
 from dspark_lite.dspark import DSparkConfig, DSparkDrafter
-from dspark_lite.harness import stream
+from dspark_lite.harness.book import stream
 from dspark_lite.baselines import ModelDrafter
 from dspark_lite.speculative import speculative_generate
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dspark_lite.harness import cache, corpus, tokenizer as toks
-from dspark_lite.harness.profiles import get_profile
-from dspark_lite.harness.target import build_target, pack, reply_token_stats, train_causal_lm
-from dspark_lite.harness.world import load_toy_world
+from dspark_lite.harness.toy import cache, tokenizer as toks
+from dspark_lite.harness.toy import corpus, samplers
+from dspark_lite.harness.toy.profiles import get_profile
+from dspark_lite.harness.toy.target import build_target, pack, reply_token_stats, train_causal_lm
+from dspark_lite.harness.toy.world import load_toy_world
 
 SIZES = {"train": 3, "validation": 2, "eval": 2}
 # sha256 of the JSONL files for seed 0, default knobs, SIZES. If the generator changes on
@@ -36,18 +37,18 @@ def test_chat_choices_follow_the_prompts_skew() -> None:
     prompts = sorted({r["prompt"] for r in records})
     rankings = set()
     for prompt in prompts[:6]:
-        topic = next(i for i, t in enumerate(corpus.CHAT_TOPICS) if t[0] in prompt)
-        ask = next(i for i, a in enumerate(corpus.ASKS) if a.format(req=corpus.CHAT_TOPICS[topic][0]) == prompt)
-        weights = corpus.PromptSkew(corpus.Rng(0), f"{topic}/{ask}", 1.0).weights(5, "opener")
+        topic = next(i for i, t in enumerate(samplers.CHAT_TOPICS) if t[0] in prompt)
+        ask = next(i for i, a in enumerate(samplers.ASKS) if a.format(req=samplers.CHAT_TOPICS[topic][0]) == prompt)
+        weights = samplers.PromptSkew(corpus.Rng(0), f"{topic}/{ask}", 1.0).weights(5, "opener")
         assert sorted(weights, reverse=True) == pytest.approx([1 / r for r in range(1, 6)])
         rankings.add(tuple(weights))
         openers = [r["reply"].split("!")[0] + "!" for r in records if r["prompt"] == prompt]
-        counts = [sum(o == opener for o in openers) for opener in corpus.OPENERS]
+        counts = [sum(o == opener for o in openers) for opener in samplers.OPENERS]
         expected = [len(openers) * w / sum(weights) for w in weights]
         chi2 = sum((c - e) ** 2 / e for c, e in zip(counts, expected))
         assert chi2 < 18.5, (prompt, counts, expected)  # chi-square, 4 degrees of freedom, p = 0.001
     assert len(rankings) > 1, "different prompts must skew the choices differently"
-    uniform = corpus.PromptSkew(corpus.Rng(0), "0/0", 0.0).weights(5, "opener")
+    uniform = samplers.PromptSkew(corpus.Rng(0), "0/0", 0.0).weights(5, "opener")
     assert uniform == [1.0] * 5
     with pytest.raises(ValueError, match="chat_skew"):
         corpus.CorpusKnobs(chat_skew=-1.0)
@@ -77,7 +78,7 @@ def test_code_asserts_hold() -> None:
 
 
 def test_chat_skip_dependency_knob() -> None:
-    verbs = dict(corpus.AGREEMENT)
+    verbs = dict(samplers.AGREEMENT)
     def agreement_rate(p: float) -> float:
         recs = corpus.generate_records("chat", "train", 300, 0, corpus.CorpusKnobs(chat_skip_dependency=p))
         hits = [verbs[r["reply"].split(" to ")[0].split()[-1]] in r["reply"].split(" to ")[1] for r in recs]
@@ -89,7 +90,7 @@ def test_chat_skip_dependency_knob() -> None:
 def test_chat_remarks_knob_and_their_skip_word_agreement() -> None:
     """The opening line and every tip end with a three-clause remark at chat_remarks = 1, none at
     0; each clause's last word agrees with its verb two words back (chat_skip_dependency = 1)."""
-    words = dict(corpus.REMARKS)
+    words = dict(samplers.REMARKS)
     def clauses(rate: float) -> list[list[str]]:
         recs = corpus.generate_records("chat", "train", 100, 0, corpus.CorpusKnobs(chat_remarks=rate))
         remarks = [line.split(" It ")[-1].rstrip(".") for r in recs for line in r["reply"].split("\n")
@@ -117,10 +118,10 @@ def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
 
 
 def test_math_names_knob_limits_the_names_and_mixes_pronouns() -> None:
-    pool = corpus.math_names(corpus.CorpusKnobs(math_names=4))
-    assert {corpus.PRONOUN[n] for n in pool} == {"she", "he"}
+    pool = samplers.math_names(corpus.CorpusKnobs(math_names=4))
+    assert {samplers.PRONOUN[n] for n in pool} == {"she", "he"}
     records = corpus.generate_records("math", "train", 100, 0, corpus.CorpusKnobs(math_names=4))
-    used = {word for r in records for word in r["prompt"].replace(".", " ").split() if word in corpus.NAMES}
+    used = {word for r in records for word in r["prompt"].replace(".", " ").split() if word in samplers.NAMES}
     assert used == set(pool)
 
 
@@ -259,7 +260,7 @@ def test_the_target_trains_on_the_device_it_is_given(tmp_path: Path, monkeypatch
     """Issue 31, item 1: `load_toy_world(device=...)` builds the target there and trains it there (the
     classic draft model too), not on the CPU with a move afterwards. "meta" stands in for a GPU: the
     training is stopped as it starts, where the model's device is recorded."""
-    from dspark_lite.harness import target as toy_target, world as toy_world
+    from dspark_lite.harness.toy import target as toy_target, world as toy_world
 
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
 
@@ -288,7 +289,7 @@ def test_the_target_trains_on_the_device_it_is_given(tmp_path: Path, monkeypatch
 def test_latency_curve_covers_every_query_count_and_rejects_bad_input() -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from dspark_lite.harness.costs import forward_latency_curve
+    from dspark_lite.harness.serving.costs import forward_latency_curve
 
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                          num_key_value_heads=1, head_dim=16, intermediate_size=64))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dspark_lite.harness import verdicts
+from dspark_lite.harness.book import verdicts
 
 
 def generations(tau: float, n: int, rng: np.random.Generator, rounds: int = 30) -> list[list[float]]:

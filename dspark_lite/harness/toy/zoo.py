@@ -1,0 +1,279 @@
+"""The book's trained drafters, built from a profile's recipe and kept in the artifact cache
+(chapter 03; chapter 04 adds DSpark's kinds).
+
+`load_or_train_drafter(world, "dflash")` returns the same trained drafter to every notebook
+that asks: the first call regenerates the training replies with the target (cached too),
+trains, and stores the drafter's own weights (safetensors; the shared embedding and LM head
+stay the target's) with its training curves.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from . import cache, evaluation, replies
+from ... import dflash, dspark, eagle, training
+from ...record import Rounds
+from ...resume import Checkpointer
+from ...progress import progress
+from ...runtime import device_generator, model_device
+from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
+from ...training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
+from .world import ToyWorld
+
+WEIGHTS, HISTORY = "drafter.safetensors", "history.json"
+
+
+def train_config(recipe: DrafterRecipe, **overrides) -> DrafterTrainConfig:
+    """The recipe's `DrafterTrainConfig` (fields of the config can be overridden)."""
+    fields = {name: getattr(recipe, name) for name in (
+        "steps", "sequences_per_batch", "anchors_per_sequence", "lr", "warmup_steps",
+        "ce_weight", "tv_weight", "loss_decay")}
+    return DrafterTrainConfig(**{**fields, **overrides})
+
+
+def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dflash.DFlashDrafter:
+    """An untrained parallel drafter of the recipe's shape."""
+    cfg = dflash.DFlashConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
+                                block_size=recipe.block_size, num_layers=recipe.dflash_layers,
+                                intermediate_size=recipe.draft_intermediate_size)
+    return dflash.DFlashDrafter(world.target, cfg, seed=seed)
+
+
+def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> eagle.EagleDrafter:
+    """An untrained EAGLE-3 style drafter of the recipe's shape (TTT horizon = block size)."""
+    cfg = eagle.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers,
+                               intermediate_size=recipe.eagle_intermediate_size or recipe.draft_intermediate_size,
+                               num_heads=recipe.eagle_num_heads,
+                               num_kv_heads=None if recipe.eagle_num_heads is None else 1)
+    return eagle.EagleDrafter(world.target, cfg, seed=seed)
+
+
+def dspark_builder(head_type: str, confidence_head: bool = False
+                   ) -> Callable[[ToyWorld, DrafterRecipe, int], dspark.DSparkDrafter]:
+    """A builder of untrained DSpark drafters with a `head_type` head on the recipe's backbone
+    (and the confidence head of chapter 05)."""
+
+    def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
+        cfg = dspark.DSparkConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
+                                  block_size=recipe.block_size, num_layers=recipe.dflash_layers,
+                                  intermediate_size=recipe.draft_intermediate_size,
+                                  head_type=head_type, markov_rank=recipe.markov_rank,
+                                  confidence_head=confidence_head)
+        return dspark.DSparkDrafter(world.target, cfg, seed=seed)
+
+    return build
+
+
+BUILDERS: dict[str, Callable[[ToyWorld, DrafterRecipe, int], nn.Module]] = {
+    "dflash": build_dflash,
+    "eagle": build_eagle,
+    "dspark-markov": dspark_builder("markov"),
+    "dspark-rnn": dspark_builder("rnn"),
+    "dspark-confidence": dspark_builder("markov", confidence_head=True),
+}
+
+
+def training_steps(kind: str, recipe: DrafterRecipe) -> int:
+    """How many steps the recipe trains a drafter of `kind`."""
+    if kind == "eagle":
+        return recipe.eagle_steps
+    return recipe.dspark_steps if kind.startswith("dspark") else recipe.steps
+
+
+def ablation_recipe(recipe: DrafterRecipe, study: HeadStudy, block_size: int, layers: int) -> DrafterRecipe:
+    """The lean recipe of chapter 04's ablations: every kind trains `study.ablation_steps` on
+    smaller batches, with anchors per sequence scaled so each block size sees as many slots."""
+    return replace(recipe, block_size=block_size, dflash_layers=layers, steps=study.ablation_steps,
+                   dspark_steps=study.ablation_steps, sequences_per_batch=study.ablation_sequences_per_batch,
+                   anchors_per_sequence=max(1, study.ablation_block_tokens // block_size))
+
+
+def _world_config(world: ToyWorld) -> dict:
+    """What identifies the world a drafter was trained on: the cached target's folder name
+    (a hash of the corpus, tokenizer and target recipe and code)."""
+    return {"target": world.target_dir.name}
+
+
+def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed: int = 0) -> TrainingSequences:
+    """The target's own replies to evenly spaced training prompts (cached; paper section 3.3)."""
+    recipe = recipe or world.profile.drafter
+    config = {**_world_config(world), "replies": recipe.training_replies, "tokens": recipe.reply_tokens, "seed": seed}
+
+    def build(folder: Path) -> None:
+        prompts = list(world.split("train")["prompt"])
+        stride = max(1, len(prompts) // recipe.training_replies)
+        generator = device_generator(seed, model_device(world.target))
+        replies.generate_training_sequences(
+            world.target, world.tokenizer, prompts[::stride][: recipe.training_replies], recipe.reply_tokens,
+            temperature=1.0, generator=generator, batch_size=64).save(folder / "replies.pt")
+
+    return cache.load_or_build("replies", config, build, lambda folder: TrainingSequences.load(folder / "replies.pt"))
+
+
+def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
+                          seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
+    """The trained drafter of `kind` (a key of BUILDERS) for this world and recipe, with its
+    training curves; trained from scratch on the first call, loaded from the cache afterwards."""
+    return load_or_train_drafters(world, [kind], recipe, seed)[kind]
+
+
+def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe | None = None,
+                           seed: int = 0) -> dict[str, tuple[nn.Module, DrafterTrainHistory]]:
+    """`load_or_train_drafter` for several kinds at once. Those not in the cache
+    train side by side, kinds with as many steps in one loop that runs the target once per
+    batch for all of them (`training.train_drafters`: each trains exactly as it would alone),
+    and each is cached under its own key, so either function finds it later."""
+    recipe = recipe or world.profile.drafter
+    entries = {kind: _drafter_entry(world, _check_kind(kind), recipe, seed) for kind in kinds}
+    missing = [kind for kind, entry in entries.items() if not cache.contains(*entry)]
+    trained: dict[str, tuple[nn.Module, DrafterTrainHistory]] = {}
+    groups = sorted({training_steps(kind, recipe) for kind in missing})
+    for steps in (progress(groups, desc=f"train {' + '.join(missing)}") if len(groups) > 1 else groups):
+        group = {kind: BUILDERS[kind](world, recipe, seed) for kind in missing if training_steps(kind, recipe) == steps}
+        work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[k]).name for k in group)})
+        with cache.exclusive(work):
+            histories = training.train_drafters(group, world.target, training_replies(world, recipe),
+                                                train_config(recipe, steps=steps), seed,
+                                                desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
+        trained.update({kind: (drafter, histories[kind]) for kind, drafter in group.items()})
+        for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
+            name, config = entries[kind]
+            cache.load_or_build(name, config, lambda folder, kind=kind: _save(*trained[kind], folder), lambda f: f)
+        shutil.rmtree(work, ignore_errors=True)
+
+    def build(kind: str) -> Callable[[Path], None]:
+        def write(folder: Path) -> None:  # a cached copy that failed to load retrains here
+            drafter = BUILDERS[kind](world, recipe, seed)
+            _save(drafter, _train(world, kind, drafter, recipe, training_steps(kind, recipe), seed, folder), folder)
+        return write
+
+    return {kind: cache.load_or_build(name, config, build(kind), _loader(world, kind, recipe, seed))
+            for kind, (name, config) in entries.items()}
+
+
+def _drafter_entry(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> tuple[str, dict]:
+    """The cache's (kind, config) of a drafter trained from scratch."""
+    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "seed": seed}
+    return f"drafter-{kind}", config
+
+
+def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflash",
+                             recipe: DrafterRecipe | None = None, seed: int = 0
+                             ) -> tuple[nn.Module, DrafterTrainHistory]:
+    """`kind` started from the trained `base_kind` drafter of the same recipe (cached) and
+    trained `recipe.finetune_steps` more steps, every weight at once. A DSpark drafter started
+    from DFlash gets W2 = 0, i.e. starts exactly as that DFlash drafter; one started from a
+    DSpark drafter keeps its head and gains what the base lacks (chapter 05's confidence head,
+    freshly initialised). Cached like `load_or_train_drafter`."""
+    _check_kind(kind)
+    _check_kind(base_kind)
+    recipe = recipe or world.profile.drafter
+    config = {**_world_config(world), "kind": kind, "from": base_kind, "recipe": asdict(recipe), "seed": seed}
+
+    def build(folder: Path) -> None:
+        base, _ = load_or_train_drafter(world, base_kind, recipe, seed)
+        drafter = BUILDERS[kind](world, recipe, seed)
+        _start_from(drafter, base)
+        _save(drafter, _train(world, kind, drafter, recipe, recipe.finetune_steps, seed, folder), folder)
+
+    return cache.load_or_build(f"finetuned-{kind}", config, build, _loader(world, kind, recipe, seed))
+
+
+def _start_from(drafter: nn.Module, base: nn.Module) -> None:
+    """Copy `base`'s weights into `drafter` (see `load_or_finetune_drafter`)."""
+    if isinstance(drafter, dspark.DSparkDrafter) and not isinstance(base, dspark.DSparkDrafter):
+        drafter.load_backbone(base)
+        return
+    missing, unexpected = drafter.load_state_dict(base.state_dict(), strict=False)
+    if unexpected or any(not key.startswith("confidence_head.") for key in missing):
+        raise ValueError(f"cannot start a {type(drafter).__name__} from a {type(base).__name__}: "
+                         f"missing {list(missing)[:4]}, unexpected {list(unexpected)[:4]}")
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown drafter kind {kind!r}; expected one of {sorted(BUILDERS)}")
+    return kind
+
+
+def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
+           seed: int, folder: Path) -> DrafterTrainHistory:
+    """Train `drafter` alone, checkpointing into the artifact's work `folder`."""
+    cfg = train_config(recipe, steps=steps)
+    return training.train_drafter(drafter, world.target, training_replies(world, recipe), cfg, seed=seed,
+                                  desc=f"train {kind}", checkpoint=Checkpointer(folder))
+
+
+def _save(drafter: nn.Module, history: DrafterTrainHistory, folder: Path) -> None:
+    save_file({k: v.contiguous() for k, v in drafter.state_dict().items()}, str(folder / WEIGHTS))
+    (folder / HISTORY).write_text(json.dumps(asdict(history)))
+
+
+def _loader(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> Callable[[Path], tuple[nn.Module, DrafterTrainHistory]]:
+    def load(folder: Path) -> tuple[nn.Module, DrafterTrainHistory]:
+        drafter = BUILDERS[kind](world, recipe, seed)
+        drafter.load_state_dict(load_file(str(folder / WEIGHTS), device=str(drafter.device)))
+        drafter.eval()
+        return drafter, DrafterTrainHistory(**json.loads((folder / HISTORY).read_text()))
+
+    return load
+
+
+def with_block_size(recipe: DrafterRecipe, block_size: int) -> DrafterRecipe:
+    """The recipe with another gamma (for sweeps over the block size)."""
+    return replace(recipe, block_size=block_size)
+
+
+def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe | None = None,
+                        base_kind: str | None = None, seed: int = 0) -> dict[str, evaluation.DomainAcceptance]:
+    """`evaluation.measure_acceptance` of the trained `kind` drafter (from scratch, or fine-tuned
+    from `base_kind` by `load_or_finetune_drafter`) at the recipe's gamma and temperature 1 on the
+    first `n_prompts` held-out prompts, `samples` times each, with every round's record
+    (proposed, accepted, confidences). Deterministic, so cached: chapters 04-06 share it."""
+    _check_kind(kind)
+    recipe = recipe or world.profile.drafter
+    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "prompts": n_prompts,
+              "samples": samples, "base": base_kind, "seed": seed}
+
+    def build(folder: Path) -> None:
+        if base_kind is None:
+            drafter, _ = load_or_train_drafter(world, kind, recipe, seed)
+        else:
+            drafter, _ = load_or_finetune_drafter(world, kind, base_kind, recipe, seed)
+        report = evaluation.measure_acceptance(world, drafter, recipe.block_size, n_prompts, recipe.eval_new_tokens,
+                                               samples=samples, seed=seed, desc=f"acceptance {kind}",
+                                               keep_record=True)
+        (folder / "summary.json").write_text(json.dumps({d: r.to_dict() for d, r in report.items()}))
+        np.savez(folder / "rounds.npz", **Rounds.concat([r.record for r in report.values()]).to_arrays())
+
+    def load(folder: Path) -> dict[str, evaluation.DomainAcceptance]:
+        summary = json.loads((folder / "summary.json").read_text())
+        with np.load(folder / "rounds.npz") as arrays:
+            rounds = Rounds.from_arrays(arrays)
+        return {domain: evaluation.DomainAcceptance(**fields, record=rounds[rounds.domain == domain])
+                for domain, fields in summary.items()}
+
+    return cache.load_or_build(f"acceptance-{kind}", config, build, load)
+
+
+def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
+                    study: ConfidenceStudy | None = None, seed: int = 0
+                    ) -> tuple[Rounds, dict[str, evaluation.DomainAcceptance]]:
+    """Chapter 05's recorded rollouts of the `kind` drafter fine-tuned from chapter 04's
+    DSpark-Markov (`measured_acceptance` with `profile.confidence`'s sizes): the record of every
+    full block (confidence logits z_1..z_gamma, accepted count, domain), which chapters 05 and
+    06b calibrate and resample, and the per-domain acceptance report it comes from."""
+    recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
+    report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe,
+                                 base_kind="dspark-markov", seed=seed)
+    records = Rounds.concat([r.record for r in report.values()]).full_blocks(recipe.block_size)
+    return records, report
