@@ -1,6 +1,7 @@
 """dspark_lite: a small, readable reproduction of DSpark (confidence-scheduled speculative
-decoding with a semi-autoregressive drafter). Each public function names the chapter of the
-book that builds it.
+decoding with a semi-autoregressive drafter). Each module's docstring says, in its first lines,
+which chapter of the book builds it and which equation, algorithm or section of the paper it
+implements.
 
 Two layers. This folder is the method, what a reader of the paper needs, in reading order:
 
@@ -16,14 +17,16 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
   dspark        the Markov / RNN heads and the confidence head (Eq. 4-8)
   training      the CE + TV block loss and the training loop (section 3.3)
   calibration   ECE, AUROC and sequential temperature scaling (section 3.2.1)
+  stepcurve     the hardware's step curve SPS(B) that Algorithm 1 reads
   scheduler     Algorithm 1 and the baselines it is measured against (section 3.2.2)
   checks        the checks at the public entry points, in one place
   runtime       plumbing both layers use: device, dtype and seeds
   progress      the one progress-bar policy (one bar a cell: the outermost)
   resume        interrupt-safe checkpoints and a training's resumable state
 
-`dspark_lite.harness` holds what it takes to measure the method (toy world, costs, serving,
-cache, results, interactive figures, GPU loading). The method never imports the harness.
+`dspark_lite.harness` holds what it takes to measure the method, in rooms by concern: `toy` (the
+toy world), `serving` (costs, batching, the simulator, the race), `gpu` (chapter 07's path) and
+`book` (results on the page, verdict wording, figures). The method never imports the harness.
 """
 
 __version__ = "0.1.0"

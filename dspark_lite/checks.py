@@ -1,4 +1,4 @@
-"""The checks at the public entry points, in one place: the engine (`prompt`, `generation`,
+"""The checks at the public entry points, in one place (chapter 02 shows the engine's door): the engine (`prompt`, `generation`,
 `layer_ids`, and the per-round `draft` check the engine runs only when asked), the record of
 rounds (`round_columns`), the confidences and logits calibration and the scheduler read, and the
 step curve, and the drafters' constructors, `start`, `accept` and `draft` (`layer_ids`,

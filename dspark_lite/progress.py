@@ -1,4 +1,5 @@
-"""Progress bars: the one bar policy of the package and the book (chapter 00).
+"""Progress bars: the one bar policy of the package and the book (chapters 03-05 show
+its bars on their long trainings).
 
 A chapter cell shows one bar: the outermost. Every long loop of the package goes through
 `progress`, which counts the bars it has open; a bar opened while another is showing is

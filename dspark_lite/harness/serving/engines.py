@@ -1,4 +1,5 @@
-"""Hand-offs to the serving engines (chapters 05, 06b and 07): the two files this book teaches a
+"""Hand-offs to the serving engines (chapters 05, 06b and 07;
+chapter 06b writes both): the two files this book teaches a
 reader to make, written in the formats SGLang's DSpark flags and TensorRT-LLM's DSpark config read.
 
 Read from SGLang's source (sgl-project/sglang at commit 692c5f7,

@@ -1,4 +1,4 @@
-"""Timing on a shared machine (chapters 01, 03, 06b): synchronised wall-clock seconds, and
+"""Timing on a shared machine (chapters 02, 04, 06b): synchronised wall-clock seconds, and
 medians of several timings that take turns.
 
 A CPU shared with other work drifts (frequency, other processes) over seconds. Timing A ten
