@@ -1,6 +1,6 @@
 """The checks at the public entry points, in one place (chapter 02 shows the engine's door): the engine (`prompt`, `generation`,
 `layer_ids`, and the per-round `draft` check the engine runs only when asked), the record of
-rounds (`round_columns`), the confidences and logits calibration and the scheduler read, and the
+rounds (`round_columns`), the confidences and logits calibration (chapter 05) and the scheduler read, the
 step curve, and the drafters' constructors, `start`, `accept` and `draft` (`layer_ids`,
 `target_hidden`, `drafter_round`). One wording for one mistake, saying what was wrong and where.
 """
@@ -251,7 +251,7 @@ def weighted_values(y: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     """Predictions p (1-D probabilities in [0, 1]) and binary outcomes y of equal length, as
-    float64 arrays; ValueError otherwise (the metrics of chapter 05)."""
+    float64 arrays; ValueError otherwise (the calibration metrics)."""
     pred = float_array(p, "predictions")
     if pred.ndim != 1 or pred.size == 0:
         raise ValueError(f"predictions must be a non-empty 1-D array; got shape {pred.shape}")

@@ -167,7 +167,7 @@ def load_states(confidences: np.ndarray, concurrencies: Sequence[int], knees: Se
 
 
 def load_chart(states: pd.DataFrame) -> alt.VConcatChart:
-    """Chapter 06b's load figure to explore: R, the cost curve's knee and slope. The left panel
+    """The serving load figure to explore: R, the cost curve's knee and slope. The left panel
     shows how many requests Algorithm 1 gives each draft length l_r at that point; the right one
     every scheduler's expected throughput Theta against R for that knee and slope, the chosen R
     marked."""

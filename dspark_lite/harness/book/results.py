@@ -1,6 +1,6 @@
 """The book's results on the page (chapter 00 and every chapter after it): values glued into the
-prose, titled tables, the results page's headline rows and GPU rows, and the Colab launch cell.
-The files themselves are `result_files`'.
+prose, titled tables, the results page's headline rows and GPU rows (chapter 07's runs), and the
+Colab launch cell. The files themselves are `result_files`'.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _float_text(value: Any) -> Any:
 
 
 def titled(df: "Any", title: str, digits: int | None = None) -> "Any":
-    """A table as the book shows it, with its title (chapter 00 sets the book's table style): the
+    """A table as the book shows it, with its title, in the book's table style: the
     Styler of `df` with `title` as its caption, floats shown with `digits` decimals (as
     `df.round(digits)` showed them; integers and text unchanged), or as Python prints them when
     `digits` is None; a missing value as "NaN". Index and column labels stay as the DataFrame
@@ -115,7 +115,7 @@ GPU_RUN_KINDS: tuple[str, ...] = ("real weights, DeepSpec's prompts", "real weig
 
 
 def gpu_run_kind(record: dict[str, Any]) -> str:
-    """Which of GPU_RUN_KINDS a chapter-07 result is, from its environment. A file
+    """Which of GPU_RUN_KINDS a GPU result is, from its environment. A file
     without `comparable_to_paper` (written before it existed) counts as comparable when real."""
     env = record.get("results", {}).get("environment", {})
     mode = env.get("mode")
@@ -126,7 +126,7 @@ def gpu_run_kind(record: dict[str, Any]) -> str:
 
 
 def gpu_protocol(record: dict[str, Any]) -> str | None:
-    """Under which protocol a chapter-07 result's tau stands beside the paper's:
+    """Under which protocol a GPU result's tau stands beside the paper's:
     "table1" only for a run of DeepSpec's full protocol (its prompt counts per benchmark, 2048 new
     tokens, T = 1, gamma 7, real weights, DeepSpec's files), "subset" for real weights on DeepSpec's
     prompts at other sizes, None for any other run. Files written before the "subset" key existed
@@ -162,7 +162,7 @@ def gpu_protocol_label(record: dict[str, Any]) -> str:
 
 
 def gpu_results(folder: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
-    """Every chapter-07 result in `folder` (default data/results/) as (file stem, record), best
+    """Every GPU result in `folder` (default data/results/) as (file stem, record), best
     first: real runs on DeepSpec's prompts (those of the full protocol before subsets), then real
     runs on the fixture, then random weights; the newest first within a kind. A later
     random-weights run never hides a real one, nor a later subset a full Table 1 run."""
@@ -174,13 +174,13 @@ def gpu_results(folder: Path | None = None) -> list[tuple[str, dict[str, Any]]]:
 
 
 def best_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | None:
-    """The chapter-07 result the results page leads with (`gpu_results`' first), or None."""
+    """The GPU result the results page leads with (`gpu_results`' first), or None."""
     found = gpu_results(folder)
     return found[0] if found else None
 
 
 def gpu_table1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (drafter, benchmark) of a chapter-07 result: our tau, and the paper's with the
+    """One row per (drafter, benchmark) of a GPU result: our tau, and the paper's with the
     relative difference in % only for a run of real weights on DeepSpec's prompts (None otherwise),
     with the kind of run, what the comparison is ("Table 1", or "subset (...)" with its sizes: see
     `gpu_protocol_label`), the GPU and the prompt count. Reads files written before and
@@ -259,7 +259,7 @@ def colab_cell_source(url: str, branch: str) -> str:
 
 
 def clone_url_of_cell(source: str) -> str:
-    """The repository URL a chapter's Colab cell clones (chapter 00's check of the first cells)."""
+    """The repository URL a chapter's Colab cell clones (to check the notebooks' first cells)."""
     found = re.search(r'REPOSITORY, BRANCH, CLONE = "([^"]+)"', source)
     if not found:
         raise ValueError("the cell does not set REPOSITORY, BRANCH, CLONE; expected colab_cell_source's form")

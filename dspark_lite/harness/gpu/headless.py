@@ -108,7 +108,7 @@ def merge_parts(parts: Sequence[Mapping[str, Any]], gamma: int) -> dict[str, dic
 def analyze(world: World, runs: Mapping[str, Mapping[str, BenchmarkRun]], study: GpuStudy, seed: int,
             prompt_source: str, prompts: Mapping[str, Sequence[str]], race: bool = True,
             profile: bool = True) -> dict[str, Any]:
-    """Everything chapter 07 reports after Table 1's generations, as the results payload: tau per
+    """Everything the GPU measurement reports after Table 1's generations, as the results payload: tau per
     benchmark, under "table1" only for a run of DeepSpec's full protocol (`run_protocol`), under
     "subset" (with the run's sizes and how it differs from the protocol) for real weights on
     DeepSpec's prompts at other sizes, else under "tau_not_table1"; the paper's Table 1 beside the
@@ -167,7 +167,7 @@ def analyze(world: World, runs: Mapping[str, Mapping[str, BenchmarkRun]], study:
 
 def full_size_dry_run(workdir: str | Path, new_tokens: int = 24, dtype: torch.dtype = torch.bfloat16,
                       seed: int = 0, kinds: Sequence[str] = ("dspark", "eagle3")) -> dict[str, Any]:
-    """Chapter 07's path at the real Qwen3-4B shapes on a CPU, in `dtype`: a random
+    """The GPU measurement's path at the real Qwen3-4B shapes on a CPU, in `dtype`: a random
     Qwen3-4B-shaped target (vocabulary 151,936, 36 layers) and random drafters of the released
     shapes (`kinds`: the 1.39B DSpark drafter, mask id 151,669, and the one-layer Eagle3 chain; both
     fuse target layers 1, 9, 17, 25, 33), each written in its released layout and read back by
@@ -284,7 +284,7 @@ def _finish(world_size: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> Path | None:
-    """Run chapter 07's measurement headless; returns the results file on rank 0. Every
+    """Run the GPU measurement headless; returns the results file on rank 0. Every
     setting is checked (`check_setup`) before anything is downloaded or loaded."""
     args = parse_args(argv)
     rank, world_size, local_rank = _launch()

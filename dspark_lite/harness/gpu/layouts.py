@@ -92,7 +92,7 @@ def save_released(drafter: DFlashDrafter, folder: str | Path, target_config: Pre
 def build_from_config(folder: str | Path, target: PreTrainedModel, seed: int = 0,
                       dtype: torch.dtype | None = None) -> nn.Module:
     """A drafter shaped like the released one whose config.json is in `folder` (DSpark, DFlash or
-    Eagle3, by its architecture name), with random weights, on the target's device (chapter 07:
+    Eagle3, by its architecture name), with random weights, on the target's device (for
     random-weights mode, the memory table, the full-size dry run)."""
     if released_architecture(folder) in EAGLE3_ARCHITECTURES:
         return build_eagle3(read_eagle3_config(folder), target, seed, dtype)

@@ -137,7 +137,7 @@ def random_drafter(config_folder: str | Path, target: PreTrainedModel, seed: int
 
 
 def tiny_tokenizer(vocab_size: int):
-    """A byte-level BPE trained on the fixture prompts, with a chat template (chapter 07's smoke world)."""
+    """A byte-level BPE trained on the fixture prompts, with a chat template (the smoke world's)."""
     texts = [p for prompts in evalsets.load_benchmarks().values() for p in prompts]
     return toy_tokenizer.train_tokenizer(texts * 4, vocab_size)
 
@@ -189,7 +189,7 @@ def end_token_ids(target: PreTrainedModel, tok: Any) -> list[int]:
 
 @dataclass
 class World:
-    """What chapter 07 measures: the target, its tokenizer, the drafters by kind, and where they came from."""
+    """The models under measurement: the target, its tokenizer, the drafters by kind, and where they came from."""
 
     mode: str
     device: torch.device
@@ -209,7 +209,7 @@ class World:
 def load_world(mode: str, device: torch.device, study: GpuStudy, seed: int = 0, target_source: str | Path = TARGET_ID,
                drafter_sources: Mapping[str, str | Path] | None = None, workdir: str | Path | None = None,
                dtype: torch.dtype | None = None) -> World:
-    """Chapter 07's models in `mode` ("real", "random-weights" or "smoke"; see the module doc), in
+    """The target and released drafters in `mode` ("real", "random-weights" or "smoke"; see the module doc), in
     `dtype` (default: `pick_dtype(device)`; smoke: float32). Random weights on a CPU in bf16 is the
     full-size dry run (tests/test_full_size_dry_run.py)."""
     drafter_sources = dict(drafter_sources or DRAFTER_IDS)

@@ -281,7 +281,7 @@ def domain_acceptance(runs: Mapping[str, BenchmarkRun], gamma: int) -> dict[str,
 
 
 def block_records(runs: Mapping[str, BenchmarkRun], gamma: int) -> Rounds:
-    """The DSpark drafter's full blocks with confidences, labelled by domain (chapters 05-06's input)."""
+    """The DSpark drafter's full blocks with confidences, by domain (what calibration and the scheduler read)."""
     return Rounds.concat(list(rounds_by_domain(runs).values())).full_blocks(gamma)
 
 
@@ -304,7 +304,7 @@ def engine_overheads(runs: Mapping[str, Mapping[str, BenchmarkRun]]) -> pd.DataF
 
 @dataclass
 class Calibration:
-    """Chapter 05's measurements on the DSpark drafter's recorded blocks: the static-threshold
+    """The calibration measurements on the DSpark drafter's recorded blocks: the static-threshold
     sweep per domain, STS fitted on one split and scored on the other (raw and calibrated
     confidences of the test split, per-position metrics, mean ECE of a_k)."""
 

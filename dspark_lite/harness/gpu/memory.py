@@ -68,7 +68,7 @@ def affordable_concurrencies(config: Any, wanted: Sequence[int], gamma: int, con
 
 
 def profile_costs(world: World, study: GpuStudy, seed: int = 0) -> tuple[dict[int, Any], list[int]]:
-    """Chapter 06b's SPS(B) tables on the target, one per concurrency R that fits in free memory
+    """The scheduler's SPS(B) tables on the target, one per concurrency R that fits in free memory
     (`affordable_concurrencies`); returns (curves, the R values skipped for memory)."""
     dtype_bytes = torch.finfo(world.dtype).bits // 8
     fits = affordable_concurrencies(world.target.config, study.concurrencies, study.gamma, study.profile_context,
@@ -85,7 +85,7 @@ def parameter_count(shapes: Mapping[str, Sequence[int]]) -> int:
 
 def memory_table(target_config: Any, drafter_folders: Mapping[str, str | Path], dtype: torch.dtype,
                  tokens: int) -> pd.DataFrame:
-    """GiB of each part of a chapter-07 run, computed from the configs, not measured:
+    """GiB of each part of a GPU run, computed from the configs, not measured:
     the target's weights and the drafters' own weights (parameters counted on the `meta` device;
     the embedding and LM-head copies a released drafter file holds are not loaded), and the KV cache
     of one request of `tokens` tokens (prompt plus generation)."""

@@ -118,7 +118,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
 
 
 class SetupError(ValueError):
-    """A chapter-07 setting that cannot work, found before any weight is read; the
+    """A GPU run's setting that cannot work, found before any weight is read; the
     message says what is wrong and which parameter to set (the notebook's and the command line's)."""
 
 
@@ -129,7 +129,7 @@ def _refuse(setting: str, problem: str, kind: str = "") -> SetupError:
 
 @dataclass(frozen=True)
 class Setup:
-    """Chapter 07's settings once `check_setup` accepted them: the mode, device and dtype, the
+    """The GPU run's settings once `check_setup` accepted them: the mode, device and dtype, the
     study with its prompt count and generation length, the prompts per benchmark and their source,
     where the results go, the model sources, the protocol the run will be filed under ("table1",
     "subset" or None: `run_protocol`), the memory estimate and notes for the reader."""
@@ -341,7 +341,7 @@ def check_setup(mode: str = "auto", device: torch.device | str = "cpu", profile:
                 download_prompts: bool = False, allow_fixture: bool = False,
                 prompts_per_benchmark: int | str | None = "profile", new_tokens: int | str = "profile",
                 dtype: str | torch.dtype = "auto", out: str | Path | None = None, profile_costs: bool = True) -> Setup:
-    """Every input of a chapter-07 run, checked before any weight is read (the notebook's first cell
+    """Every input of a GPU run, checked before any weight is read (the notebook's first cell
     after its parameters and `python -m dspark_lite.harness.gpu` both call it): the mode against the
     device; the prompt source (an evaluation folder holding the nine files, a download the hub can
     serve, or the fixture knowingly); the results folder is writable; the target and drafter sources

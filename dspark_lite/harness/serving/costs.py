@@ -1,5 +1,5 @@
 """What a forward costs: the target's latency against the number of query tokens (chapter
-01), a drafter's latency against the number of drafted tokens (chapter 03), and the
+01), a drafter's latency against the number of drafted tokens (chapters 03 and 04), and the
 steps-per-second table SPS(B) that the scheduler reads (chapter 06b).
 
 Verifying gamma drafted tokens takes ONE target forward over gamma + 1 query tokens on top
@@ -91,7 +91,7 @@ def compare_draft_latency(
 ) -> dict[str, dict[int, float]]:
     """`draft_latency_curve` for several drafters at once (name -> gamma -> drafter), taking
     turns in a fresh random order each repetition so that drifts of the machine hit all of
-    them alike (chapter 04 times a head's overhead this way); name -> gamma -> median seconds."""
+    them alike (a head's overhead is timed this way); name -> gamma -> median seconds."""
     if context_ids.dim() != 1 or context_ids.shape[0] < 3:
         raise ValueError(f"context_ids must be 1-D with >= 3 tokens, got shape {tuple(context_ids.shape)}")
     entries = [(name, gamma, drafter) for name, curve in drafters.items() for gamma, drafter in curve.items()]
@@ -182,8 +182,7 @@ def _timed_forward(model: PreTrainedModel, cache: DynamicCache, counts: Sequence
 @torch.inference_mode()
 def median_step_seconds(model: PreTrainedModel, layouts: list[list[int]], context_len: int, repeats: int,
                         warmup: int, seed: int, desc: str | None) -> list[float]:
-    """Median seconds of a padded batched forward for each layout (per-request query counts;
-    chapter 06b).
+    """Median seconds of a padded batched forward for each layout (per-request query counts).
 
     One cache of random contexts is prefilled for the largest row count; layouts with fewer
     rows time on a copy of its first rows. Layouts sharing a row count take turns

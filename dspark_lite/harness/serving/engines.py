@@ -148,7 +148,7 @@ def trtllm_sts_calibration(temperatures: Sequence[float], dataset: str = "", num
 
 
 def trtllm_config(draft: str, max_draft_len: int, sps_table: str | Path, sts: str | Path) -> str:
-    """The `speculative_config` block of a TensorRT-LLM YAML that reads both files (chapter 07's
+    """The `speculative_config` block of a TensorRT-LLM YAML that reads both files (the GPU-protocol
     appendix shows it; the book never runs it). Some of the commits read also refuse confidence
     scheduling without `enable_ragged_verify: true`; the appendix says so."""
     return ("speculative_config:\n"
@@ -169,6 +169,6 @@ def write_json(payload: dict[str, Any], path: str | Path) -> Path:
 
 
 def sglang_command(model: str, draft: str, sps_table: str | Path, sts: str | Path) -> str:
-    """The SGLang launch command that reads both files (chapter 07 prints it; the book never runs it)."""
+    """The SGLang launch command that reads both files (the book prints it, never runs it)."""
     return (f"python -m sglang.launch_server --model-path {model} --speculative-algorithm DSPARK "
             f"--speculative-draft-model-path {draft} {SGLANG_SPS_FLAG} {sps_table} {SGLANG_STS_FLAG} {sts}")

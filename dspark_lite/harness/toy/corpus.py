@@ -1,5 +1,5 @@
-"""The toy world's corpus: three seeded domains of prompt/reply pairs (chapter 01): the generator, the
-JSONL files and their digest.
+"""The toy world's corpus: three seeded domains of prompt/reply pairs (chapter 01; chapter 03 turns its
+knobs): the generator, the JSONL files and their digest.
 
 * math: word problems with worked, computed, step-by-step answers. Once the problem is
   stated the answer path is nearly determined; the arithmetic results are the hard tokens.
@@ -33,7 +33,7 @@ SPLITS: tuple[str, ...] = ("train", "validation", "eval")
 
 @dataclass(frozen=True)
 class CorpusKnobs:
-    """The world's difficulty knobs. Chapter 03 turns them to reach the paper's regime.
+    """The world's difficulty knobs, turned to reach the paper's regime.
 
     math_max_number: operands are drawn from 2..math_max_number (bigger = harder arithmetic).
     math_names: how many first names the problems draw from (more = more names to copy).

@@ -67,7 +67,7 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
                        keep_record: bool = False) -> dict[str, DomainAcceptance]:
     """Speculative generation, `samples` times each, on the first `n_prompts` held-out prompts
     of each domain; returns {domain: DomainAcceptance}, with the record of every round if
-    `keep_record` (chapter 05 calibrates on it). Seeded: the same call gives the same
+    `keep_record` (what calibration is fitted on). Seeded: the same call gives the same
     numbers. `domains` default: all of the corpus's."""
     from . import corpus
 

@@ -1,4 +1,5 @@
-"""Every size in the book lives here, in one table (chapter 00).
+"""Every size in the book lives here, in one table (chapter 00); HeadStudy holds chapter 04's sizes,
+ConfidenceStudy 05's, ServingStudy 06 and 06b's, GpuStudy 07's.
 
 A notebook's `parameters` cell sets PROFILE; papermill injects "smoke" in the tests.
 `full` is what the rendered book shows and is sized for a 2-core CPU.
@@ -52,14 +53,14 @@ class DrafterRecipe:
         training-time-test horizon); 7 as the paper's Table 1.
     target_layer_ids: 0-based target layers whose hidden states form the context. As DeepSpec's
         (1, 9, 17, 25, 33 of Qwen3-4B's 36), they start at layer 1 and leave the two top layers
-        and the final norm unread (chapter 01's regime table and logit lens).
+        and the final norm unread (the regime table and the logit lens).
     training_replies / reply_tokens: how many replies the target regenerates for training,
         and at most how many tokens each.
     steps .. loss_decay: the `training.DrafterTrainConfig` recipe (loss_decay None = gamma);
         `steps` trains DFlash, `eagle_steps` the autoregressive baseline, `dspark_steps` DSpark
         drafters trained from scratch; all three equal in the full profile, so
         every drafter of Table 1 gets the same steps x batch on the same replies,
-        `finetune_steps` the steps a drafter trains on top of another trained one (chapter 05's
+        `finetune_steps` the steps a drafter trains on top of another trained one (the
         confidence head on DSpark-Markov).
     eval_prompts / eval_new_tokens / eval_samples: held-out prompts per domain, tokens
         generated per prompt, independent generations per prompt.
@@ -69,7 +70,7 @@ class DrafterRecipe:
     draft_intermediate_size: the MLP width of every draft layer (None: the target's). The
         drafters keep the target's hidden size (they share its embedding and LM head); a
         narrower MLP is what keeps them small beside the target, as the paper's are (the
-        regime table of chapter 01).
+        regime table).
     eagle_intermediate_size / eagle_num_heads: the EAGLE-style layer's MLP width and attention
         heads (one key/value head; None: the target's). Eagle3's one layer is about 4% of
         Qwen3-4B against DFlash's 15%; these bring ours as close to that as one layer allows.
@@ -107,10 +108,10 @@ class DrafterRecipe:
 
 @dataclass(frozen=True)
 class HeadStudy:
-    """Chapter 04's ablations and timings.
+    """The sizes of the head ablations and timings.
 
     ablation_steps / ablation_sequences_per_batch / ablation_block_tokens: the training every
-        ablation drafter gets (all alike, so they compare with each other; chapter 04 prints how
+        ablation drafter gets (all alike, so they compare with each other; the book prints how
         close to the full recipe's tau they get); anchors per sequence = ablation_block_tokens //
         gamma, so every block size sees the same number of supervised slots.
     depth_layers / deep_dflash_layers / depth_gamma: Figure 3's DSpark depths, the deeper
@@ -138,11 +139,11 @@ class HeadStudy:
 
 @dataclass(frozen=True)
 class ConfidenceStudy:
-    """Chapter 05's sizes: the recorded rollouts that calibration is measured on.
+    """The confidence study's sizes: the recorded rollouts that calibration is measured on.
 
     rollout_prompts / rollout_samples: held-out prompts per domain and generations per prompt
         whose every round is recorded (confidences c_1..c_gamma and the accepted count).
-    frozen_head_steps: steps that train a confidence head alone on the frozen chapter-04 drafter.
+    frozen_head_steps: steps that train a confidence head alone on the frozen DSpark-Markov drafter.
     calibration_fraction: share of the recorded blocks that fits the calibrators (the rest tests).
     resplits: further random calibration/test splits on which the calibrators are refitted, to
         show how much their test ECE moves with the split.
@@ -159,7 +160,7 @@ class ConfidenceStudy:
 
 @dataclass(frozen=True)
 class ServingStudy:
-    """Chapters 06 and 06b's sizes: the cost table, the serving simulator and the real batched step.
+    """The serving study's sizes: the cost table, the serving simulator and the real batched step.
 
     profile_points / profile_context / profile_repeats: batch sizes B profiled per concurrency R
         (evenly from R to R(gamma + 1), interpolated between), the requests' cached context
@@ -189,8 +190,8 @@ class ServingStudy:
 
 @dataclass(frozen=True)
 class GpuStudy:
-    """Chapter 07's sizes: Qwen3-4B with the released drafters on a GPU, and the tiny random world
-    the chapter falls back to without one (every CPU run, whatever the profile).
+    """The GPU study's sizes: Qwen3-4B with the released drafters on a GPU, and the tiny random world
+    the measurement falls back to without one (every CPU run, whatever the profile).
 
     prompts_per_benchmark: prompts per Table 1 benchmark (None: DeepSpec's counts, the full protocol).
     new_tokens / gamma / temperature: generation length per prompt, drafted tokens per round and
@@ -198,8 +199,8 @@ class GpuStudy:
     calibration_fraction / thresholds: the STS split and the static-threshold sweep.
     race_prompts / race_new_tokens / race_repeats: the wall-clock race of our engine against
         target-only decoding.
-    profile_points / profile_context / profile_repeats: chapter 06b's SPS(B) profiler on the
-        target, one table per concurrency; concurrencies / sim_steps / sim_replays: chapter 06b's
+    profile_points / profile_context / profile_repeats: the SPS(B) profiler on the
+        target, one table per concurrency; concurrencies / sim_steps / sim_replays: the serving
         simulator re-run with those tables.
     tiny_*: the fallback world: a random Qwen3 target (hidden size, layers, heads of 16) and a
         random DSpark drafter (draft layers, Markov rank) on a BPE vocabulary of tiny_vocab.
@@ -233,7 +234,7 @@ class GpuStudy:
 class Profile:
     """All sizes of one profile. Chapters read the fields they need.
 
-    regime_sequences: validation replies per domain that chapter 01's regime table and logit
+    regime_sequences: validation replies per domain that the regime table and the logit
         lens read.
     """
 

@@ -156,7 +156,7 @@ def paper_layers_above_read() -> int:
 
 def regime_rows(target: nn.Module, drafters: dict[str, nn.Module], layer_ids: Sequence[int],
                 dependency: dict[str, dict[str, float]], knobs) -> list[dict[str, object]]:
-    """The regime table of chapter 01: each property measured on the toy world beside
+    """The regime table: each property measured on the toy world beside
     Qwen3-4B's value, and the line that says which side of it is the paper's.
 
     drafters: {name: an (untrained) drafter of the recipe's shape}, named as in

@@ -25,7 +25,7 @@ from .target import TrainHistory
 
 @dataclass
 class ToyWorld:
-    """Everything chapter 01 builds; later chapters take their target from here."""
+    """The built toy world (corpus, tokenizer, trained target); later notebooks take their target from here."""
 
     profile: Profile
     seed: int

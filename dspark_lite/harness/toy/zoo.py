@@ -1,5 +1,5 @@
 """The book's trained drafters, built from a profile's recipe and kept in the artifact cache
-(chapter 03; chapter 04 adds DSpark's kinds).
+(chapter 03; chapter 04 adds DSpark's kinds, chapter 05 the confidence drafter).
 
 `load_or_train_drafter(world, "dflash")` returns the same trained drafter to every notebook
 that asks: the first call regenerates the training replies with the target (cached too),
@@ -60,7 +60,7 @@ def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> eagle.
 def dspark_builder(head_type: str, confidence_head: bool = False
                    ) -> Callable[[ToyWorld, DrafterRecipe, int], dspark.DSparkDrafter]:
     """A builder of untrained DSpark drafters with a `head_type` head on the recipe's backbone
-    (and the confidence head of chapter 05)."""
+    (and a confidence head if `confidence_head`)."""
 
     def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
         cfg = dspark.DSparkConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
@@ -90,7 +90,7 @@ def training_steps(kind: str, recipe: DrafterRecipe) -> int:
 
 
 def ablation_recipe(recipe: DrafterRecipe, study: HeadStudy, block_size: int, layers: int) -> DrafterRecipe:
-    """The lean recipe of chapter 04's ablations: every kind trains `study.ablation_steps` on
+    """The lean recipe of the head ablations: every kind trains `study.ablation_steps` on
     smaller batches, with anchors per sequence scaled so each block size sees as many slots."""
     return replace(recipe, block_size=block_size, dflash_layers=layers, steps=study.ablation_steps,
                    dspark_steps=study.ablation_steps, sequences_per_batch=study.ablation_sequences_per_batch,
@@ -172,7 +172,7 @@ def load_or_finetune_drafter(world: ToyWorld, kind: str, base_kind: str = "dflas
     """`kind` started from the trained `base_kind` drafter of the same recipe (cached) and
     trained `recipe.finetune_steps` more steps, every weight at once. A DSpark drafter started
     from DFlash gets W2 = 0, i.e. starts exactly as that DFlash drafter; one started from a
-    DSpark drafter keeps its head and gains what the base lacks (chapter 05's confidence head,
+    DSpark drafter keeps its head and gains what the base lacks (the confidence head,
     freshly initialised). Cached like `load_or_train_drafter`."""
     _check_kind(kind)
     _check_kind(base_kind)
@@ -238,7 +238,7 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
     """`evaluation.measure_acceptance` of the trained `kind` drafter (from scratch, or fine-tuned
     from `base_kind` by `load_or_finetune_drafter`) at the recipe's gamma and temperature 1 on the
     first `n_prompts` held-out prompts, `samples` times each, with every round's record
-    (proposed, accepted, confidences). Deterministic, so cached: chapters 04-06 share it."""
+    (proposed, accepted, confidences). Deterministic, so cached: every notebook that asks shares it."""
     _check_kind(kind)
     recipe = recipe or world.profile.drafter
     config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "prompts": n_prompts,
@@ -268,10 +268,10 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
 def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
                     study: ConfidenceStudy | None = None, seed: int = 0
                     ) -> tuple[Rounds, dict[str, evaluation.DomainAcceptance]]:
-    """Chapter 05's recorded rollouts of the `kind` drafter fine-tuned from chapter 04's
+    """The recorded rollouts of the `kind` drafter fine-tuned from the trained
     DSpark-Markov (`measured_acceptance` with `profile.confidence`'s sizes): the record of every
-    full block (confidence logits z_1..z_gamma, accepted count, domain), which chapters 05 and
-    06b calibrate and resample, and the per-domain acceptance report it comes from."""
+    full block (confidence logits z_1..z_gamma, accepted count, domain), which calibration is fitted
+    on and the serving simulator replays, and the per-domain acceptance report it comes from."""
     recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
     report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe,
                                  base_kind="dspark-markov", seed=seed)
