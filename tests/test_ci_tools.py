@@ -448,8 +448,8 @@ def test_figures_too_wide_or_with_small_text_are_found(tmp_path: Path) -> None:
     assert problems[2].startswith("x: cell 2 ") and "'DSpark', 6 pt) renders at 8.3 px" in problems[2]
 
 
-def test_check_figure_raises_for_a_figure_the_page_cannot_show() -> None:
-    """plots.check_figure: a 6.5-inch figure with the theme's fonts passes; 12 inches or 6-pt text raise."""
+def test_figure_problems_name_a_figure_the_page_cannot_show() -> None:
+    """plots.figure_report + figure_problems: a 6.5-inch figure with the theme's fonts passes; 12 inches or 6-pt text do not."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -461,12 +461,11 @@ def test_check_figure_raises_for_a_figure_the_page_cannot_show() -> None:
     fig, ax = plt.subplots(figsize=(6.5, 3))
     ax.plot([0, 1], label="a")
     ax.legend()
-    assert plots.check_figure(fig)["min_font_image_px"] >= 9
+    report = plots.figure_report(fig)
+    assert report["min_font_image_px"] >= 9 and plots.figure_problems(report) == []
     ax.legend(fontsize=6)
-    with pytest.raises(plots.FigureTooSmall, match="renders at 8.3 px"):
-        plots.check_figure(fig)
+    assert any("renders at 8.3 px" in p for p in plots.figure_problems(plots.figure_report(fig)))
     fig.set_figwidth(12)
     ax.legend()
-    with pytest.raises(plots.FigureTooSmall, match="12 in wide"):
-        plots.check_figure(fig)
+    assert any("12 in wide" in p for p in plots.figure_problems(plots.figure_report(fig)))
     plt.close(fig)

@@ -2,8 +2,8 @@
 the page (chapter 00).
 
 The book's text column is about PAGE_WIDTH_PX wide; a wider image is scaled down to it, and its
-text with it. `check_figure` says how large a figure's smallest text is once shown there, and
-raises when the figure is wider than MAX_WIDTH_IN or any text would render below MIN_FONT_PX.
+text with it. `figure_report` measures a figure's width and smallest text, and `figure_problems`
+names what is wrong when it is wider than MAX_WIDTH_IN or any text would render below MIN_FONT_PX.
 The book build (ci/kernel_setup.py) measures every figure a chapter shows with `figure_report`
 and stores the measurement in the PNG itself (text chunk PNG_KEY), where ci/check_notebooks.py
 and ci/browser_check.py read it.
@@ -38,10 +38,6 @@ def set_theme() -> None:
     text = {"labelFontSize": ALTAIR_FONT_PX, "titleFontSize": ALTAIR_FONT_PX}
     alt.theme.register("dspark", enable=True)(
         lambda: {"config": {"axis": text, "legend": text, "header": text, "title": {"fontSize": ALTAIR_FONT_PX + 1}}})
-
-
-class FigureTooSmall(ValueError):
-    """A figure wider than the page, or with text too small to read once shown on it."""
 
 
 def _texts(artist: Artist) -> Iterator[Text]:
@@ -87,16 +83,6 @@ def figure_problems(report: dict[str, Any], image_width_px: float | None = None)
                         f"{px:.1f} px on the page (image {width_px:.0f} px wide, page {PAGE_WIDTH_PX} px); "
                         f"at least {MIN_FONT_PX:g} px is legible")
     return problems
-
-
-def check_figure(fig: Figure, dpi: float | None = None) -> dict[str, Any]:
-    """Raise FigureTooSmall if `fig` is wider than the page or any of its text renders below
-    MIN_FONT_PX once shown on it; return its `figure_report`."""
-    report = figure_report(fig, dpi)
-    problems = figure_problems(report)
-    if problems:
-        raise FigureTooSmall("; ".join(problems))
-    return report
 
 
 def png_report(png: bytes) -> tuple[dict[str, Any] | None, int]:
