@@ -92,3 +92,75 @@ def test_word_list_and_domains_phrase() -> None:
     assert verdicts.domains_phrase(["math", "chat"], every) == "math and chat only"
     assert verdicts.domains_phrase(["code"], every) == "code only"
     assert verdicts.domains_phrase([], every) == "no domain"
+
+
+def test_each_verdict_has_one_wording_per_outcome() -> None:
+    assert verdicts.either(True, "kept", "lost") == "kept" and verdicts.either(False, "kept", "lost") == "lost"
+    assert verdicts.versus_paper(True, "chat") == "as in the paper"
+    assert verdicts.versus_paper(False, "chat") == "unlike the paper, where it is chat"
+    assert verdicts.versus_paper(False) == "unlike the paper"
+    assert (verdicts.resolves(True), verdicts.resolves(False)) == ("resolves", "does not resolve")
+    assert (verdicts.reaches(2.03 >= 2), verdicts.reaches(1.61 >= 2)) == ("reaches", "falls short of")
+    assert [verdicts.yes_no(v) for v in (True, False, None)] == ["yes", "no", "-"]
+    assert (verdicts.grows(16.3, 26.0), verdicts.grows(12.4, 9.8)) == ("grows", "does not grow")
+    assert verdicts.how_often(0.12, 0.31) == "less often than"
+    assert verdicts.how_often(0.31, 0.12) == "more often than"
+    assert verdicts.how_often(0.25, 0.25) == "as often as"
+
+
+def test_changes_are_worded_with_their_numbers() -> None:
+    assert verdicts.direction(3.412, 2.987) == "falls from 3.41 to 2.99"
+    assert verdicts.direction(2.987, 3.412) == "rises from 2.99 to 3.41"
+    assert verdicts.direction(3.0, 3.0) == "stays at 3.00"
+    assert verdicts.falls_by(0.094) == "falls by 0.09"
+    assert verdicts.falls_by(-0.031) == "rises by 0.03"
+    assert verdicts.falls_by(0.004) == "stays flat"  # rounds to zero at two decimals
+    assert verdicts.falls_by(7.26, digits=1, unit=" points") == "falls by 7.3 points"
+    assert verdicts.removes(0.12, 0.03) == "removes 75% of"
+    assert verdicts.removes(0.12, -0.01) == "removes all of"
+    assert verdicts.removes(0.12, 0.15) == "does not reduce"
+    assert verdicts.removes(-0.02, -0.05) == "does not reduce"  # nothing fell to reduce
+
+
+def test_a_trend_says_whether_it_holds_at_every_step() -> None:
+    assert verdicts.trend([0.8, 1.1, 1.4], "gamma") == "grows with gamma"
+    assert verdicts.trend([0.8, 0.7, 1.4], "gamma") == "grows with gamma overall, though not at every step"
+    assert verdicts.trend([1.4, 1.1, 1.1], "gamma") == "falls with gamma"
+    assert verdicts.trend([1.4, 1.5, 0.9], "gamma") == "falls with gamma overall, though not at every step"
+    assert verdicts.trend([1.0, 1.3, 1.0], "R") == "shows no trend with R"
+    with pytest.raises(ValueError, match="at least 2"):
+        verdicts.trend([1.0], "gamma")
+
+
+def test_counts_and_domain_lists_read_as_prose() -> None:
+    assert verdicts.faster_than([], "the target alone") == "faster than the target alone in every domain"
+    assert verdicts.faster_than(["math", "chat"], "the target alone") == "no faster than the target alone in math and chat"
+    assert (verdicts.plural(1, "layer"), verdicts.plural(2, "layer")) == ("1 layer", "2 layers")
+
+
+def test_criteria_sizes_and_clauses_by_domain() -> None:
+    assert (verdicts.meets(True), verdicts.meets(False)) == ("meets", "does not meet")
+    assert verdicts.size_against(12.5, 9.0, tolerance=2.0) == "larger than"
+    assert verdicts.size_against(4.1, 9.0, tolerance=2.0) == "smaller than"
+    assert verdicts.size_against(10.4, 9.0, tolerance=2.0) == "about as large as"
+    parts = [("beats DFlash", ["code"]), ("loses to it", ["math", "chat"]), ("ties with it", [])]
+    assert verdicts.by_domains(parts) == "beats DFlash on code, loses to it on math and chat"
+    assert verdicts.by_domains([("ties with it", [])]) == ""
+
+
+def test_changes_and_ranges() -> None:
+    assert [verdicts.raises(v) for v in (1.37, -0.42, 0.0)] == ["raises", "lowers", "leaves unchanged"]
+    assert (verdicts.inside(0.03 <= 0.051 <= 0.08), verdicts.inside(0.03 <= 0.112 <= 0.08)) == ("inside", "outside")
+
+
+def test_a_fitted_trend_and_a_crossing_read_as_words() -> None:
+    assert verdicts.slope_words(verdicts.fitted_slope([6.1, 5.2, 4.4, 3.1, 2.2])) == "falls"
+    assert verdicts.slope_words(verdicts.fitted_slope([2.2, 3.1, 4.4, 5.2, 6.1])) == "rises"
+    assert verdicts.slope_words(verdicts.fitted_slope([4.0, 4.6, 3.7, 4.4, 4.1])) == "shows no trend beyond its noise"
+    assert (verdicts.from_R(16), verdicts.from_R(None)) == ("from R = 16", "at no R of this sweep")
+
+
+def test_a_cost_ratio_reads_both_ways() -> None:
+    assert verdicts.times_cheaper(3.24) == "3.2 times cheaper than"
+    assert verdicts.times_cheaper(1.0) == "1.0 times cheaper than"
+    assert verdicts.times_cheaper(0.5) == "2.0 times dearer than"

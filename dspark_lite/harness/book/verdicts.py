@@ -1,10 +1,16 @@
-"""Verdicts tested against the measurement's own noise (chapters 03-04; the book's rule).
+"""Verdicts tested against the measurement's own noise, and the book's one wording for each
+(chapters 01-07; the book's rule).
 
 A difference between two drafters' tau is a verdict only when its interval leaves zero: the
 two were measured on the same held-out prompts, in the same order, so the interval is a paired
 bootstrap over those generations (each resample draws generations with replacement and
 recomputes both pooled taus). Inside the interval it is a tie, and the text says so, in the one
 wording `compared` gives.
+
+The chapters' hidden glue cells take every verdict's words from here (`versus_paper`,
+`resolves`, `reaches`, `grows`, `direction`, `falls_by`, `trend`, ...), so a verdict reads the
+same in every chapter; a sentence particular to one chapter is the chapter's constant, picked by
+`either`.
 """
 from __future__ import annotations
 
@@ -169,3 +175,146 @@ def ratio_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
     mean = logs.mean()
     return Interval(*(float(100 * np.expm1(v)) for v in (mean, mean - half, mean + half)))
 
+
+
+# The book's wordings: one function per verdict, one wording per function.
+
+def either(ok: bool, yes: str, no: str) -> str:
+    """`yes` when the finding holds, else `no`: a chapter's own two sentences for one finding."""
+    return yes if ok else no
+
+
+def versus_paper(ok: bool, paper_says: str | None = None) -> str:
+    """'as in the paper', or 'unlike the paper' ('unlike the paper, where it is chat' when
+    `paper_says` names what the paper found)."""
+    if ok:
+        return "as in the paper"
+    return f"unlike the paper, where it is {paper_says}" if paper_says else "unlike the paper"
+
+
+def resolves(ok: bool) -> str:
+    """'resolves' / 'does not resolve' (a collision, a difficulty)."""
+    return either(ok, "resolves", "does not resolve")
+
+
+def reaches(ok: bool) -> str:
+    """'reaches' / 'falls short of' (a goal, a target value)."""
+    return either(ok, "reaches", "falls short of")
+
+
+def yes_no(ok: bool | None) -> str:
+    """A table cell: 'yes', 'no', or '-' when the question does not apply."""
+    return "-" if ok is None else either(ok, "yes", "no")
+
+
+def grows(lo: float, hi: float) -> str:
+    """'grows' when the later value `hi` is larger than the earlier `lo`, else 'does not grow'."""
+    return either(hi > lo, "grows", "does not grow")
+
+
+def how_often(a: float, b: float) -> str:
+    """Rate `a` against rate `b`: 'more often than' / 'less often than' / 'as often as'."""
+    if a == b:
+        return "as often as"
+    return either(a > b, "more often than", "less often than")
+
+
+def direction(a: float, b: float, digits: int = 2) -> str:
+    """From `a` to `b`: 'rises from 0.41 to 0.52', 'falls from 0.52 to 0.41' or 'stays at 0.41'."""
+    if a == b:
+        return f"stays at {a:.{digits}f}"
+    return f"{either(b > a, 'rises', 'falls')} from {a:.{digits}f} to {b:.{digits}f}"
+
+
+def falls_by(drop: float, digits: int = 2, unit: str = "") -> str:
+    """A drop (first minus last) as words: 'falls by 0.12', 'rises by 0.12', or 'stays flat'
+    when it rounds to zero at `digits` decimals; `unit` follows the number (' points')."""
+    if abs(drop) < 0.5 * 10 ** -digits:
+        return "stays flat"
+    return f"{either(drop > 0, 'falls', 'rises')} by {abs(drop):.{digits}f}{unit}"
+
+
+def removes(before: float, after: float) -> str:
+    """What a change did to a fall of `before` that is `after` once changed: 'removes all of',
+    'removes 40% of' or 'does not reduce'."""
+    if before <= 0 or after >= before:
+        return "does not reduce"
+    return "removes all of" if after <= 0 else f"removes {1 - after / before:.0%} of"
+
+
+def trend(values: Sequence[float], along: str) -> str:
+    """A curve's direction over `along`: 'grows with gamma' (never falls), 'falls with gamma'
+    (never rises), 'grows with gamma overall, though not at every step' (ends higher), the same
+    for falls, or 'shows no trend with gamma'."""
+    values = [float(v) for v in values]
+    if len(values) < 2:
+        raise ValueError(f"a trend needs at least 2 values, got {values}")
+    steps = np.diff(values)
+    if values[-1] == values[0]:
+        return f"shows no trend with {along}"
+    word = either(values[-1] > values[0], "grows", "falls")
+    if (steps >= 0).all() or (steps <= 0).all():
+        return f"{word} with {along}"
+    return f"{word} with {along} overall, though not at every step"
+
+
+def faster_than(slower: Sequence[str], baseline: str) -> str:
+    """Where a speed-up holds: 'faster than <baseline> in every domain', or 'no faster than
+    <baseline> in math and chat' for the domains where it does not."""
+    if not slower:
+        return f"faster than {baseline} in every domain"
+    return f"no faster than {baseline} in {word_list(slower)}"
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 layer', '2 layers': a count with its noun."""
+    return f"{n} {noun}{either(n == 1, '', 's')}"
+
+
+def meets(ok: bool) -> str:
+    """'meets' / 'does not meet' (a criterion set in advance)."""
+    return either(ok, "meets", "does not meet")
+
+
+def size_against(ours: float, theirs: float, tolerance: float) -> str:
+    """`ours` against `theirs`: 'larger than', 'smaller than', or 'about as large as' when within
+    `tolerance` of it."""
+    if abs(ours - theirs) <= tolerance:
+        return "about as large as"
+    return either(ours > theirs, "larger than", "smaller than")
+
+
+def by_domains(parts: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """Clauses that each hold on some domains, as one phrase: [('beats it', ['code']), ('ties',
+    [])] -> 'beats it on code'; a clause with no domains is left out."""
+    return ", ".join(f"{clause} on {word_list(domains)}" for clause, domains in parts if domains)
+
+
+def raises(change: float) -> str:
+    """What a change did to a quantity: 'raises' (positive), 'lowers' (negative) or 'leaves unchanged'."""
+    if change == 0:
+        return "leaves unchanged"
+    return either(change > 0, "raises", "lowers")
+
+
+def inside(ok: bool) -> str:
+    """'inside' / 'outside' (a range, a window)."""
+    return either(ok, "inside", "outside")
+
+
+def slope_words(slope: Interval) -> str:
+    """A fitted trend (`fitted_slope`) as a verb: 'rises', 'falls', or 'shows no trend beyond its
+    noise' when the slope's interval holds zero."""
+    return compared(slope, "rises", "falls", "shows no trend beyond its noise")
+
+
+def from_R(R: int | None) -> str:
+    """Where a crossing starts along the concurrency sweep: 'from R = 16', or 'at no R of this
+    sweep' (None)."""
+    return "at no R of this sweep" if R is None else f"from R = {R}"
+
+
+def times_cheaper(ratio: float) -> str:
+    """A cost ratio (other's cost over ours) as words: '3.2 times cheaper than' when it is at
+    least 1, else '1.5 times dearer than'."""
+    return either(ratio >= 1, f"{ratio:.1f} times cheaper than", f"{1 / ratio:.1f} times dearer than")
