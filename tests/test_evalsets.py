@@ -27,7 +27,7 @@ def test_prompt_counts_per_benchmark() -> None:
     mixed = evalsets.load_benchmarks(counts={"gsm8k": 2, "arena-hard": 1}, names=["gsm8k", "alpaca", "arena-hard-v2"])
     assert [len(v) for v in mixed.values()] == [2, len(full["alpaca"]), 1]
     assert evalsets.prompt_counts(evalsets.DEEPSPEC_COUNTS)["aime25"] == 30
-    with pytest.raises(ValueError, match="prompt count must be >= 1"):
+    with pytest.raises(ValueError, match=r"prompt count \(None for the full set\) must be an integer >= 1"):
         evalsets.load_benchmark("gsm8k", count=0)
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from ...checks import positive_int
+
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "data" / "fixtures" / "deepspec_eval"
 DEEPSPEC_SEED = 980406  # eval.py's default --seed
@@ -125,8 +127,8 @@ def _turns_of(line: str, path: Path, number: int) -> list[str]:
 def select_prompts(rows: Sequence[list[str]], count: int | None, seed: int = DEEPSPEC_SEED) -> list[str]:
     """First turns of `count` rows (None: all), chosen as DeepSpec's evaluation chooses them:
     the rows shuffled by random.Random(seed) when there are more than `count`."""
-    if count is not None and count < 1:
-        raise ValueError(f"prompt count must be >= 1 (or None for the full set), got {count}")
+    if count is not None:
+        positive_int(count, "prompt count (None for the full set)")
     rows = list(rows)
     if count is not None and len(rows) > count:
         random.Random(seed).shuffle(rows)

@@ -44,8 +44,7 @@ def forward_latency_curve(
     """
     if context_len < 1 or not query_counts or min(query_counts) < 1:
         raise ValueError(f"need context_len >= 1 and query counts >= 1, got {context_len}, {query_counts}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    positive_int(repeats, "repeats")
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
