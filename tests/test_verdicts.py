@@ -164,3 +164,7 @@ def test_a_cost_ratio_reads_both_ways() -> None:
     assert verdicts.times_cheaper(3.24) == "3.2 times cheaper than"
     assert verdicts.times_cheaper(1.0) == "1.0 times cheaper than"
     assert verdicts.times_cheaper(0.5) == "2.0 times dearer than"
+
+
+def test_a_claim_is_reproduced_or_not() -> None:
+    assert (verdicts.reproduced(True), verdicts.reproduced(False)) == ("reproduced", "not reproduced")

@@ -318,3 +318,8 @@ def times_cheaper(ratio: float) -> str:
     """A cost ratio (other's cost over ours) as words: '3.2 times cheaper than' when it is at
     least 1, else '1.5 times dearer than'."""
     return either(ratio >= 1, f"{ratio:.1f} times cheaper than", f"{1 / ratio:.1f} times dearer than")
+
+
+def reproduced(ok: bool) -> str:
+    """'reproduced' / 'not reproduced' (a claim of the paper, in this run)."""
+    return either(ok, "reproduced", "not reproduced")
