@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dspark_lite.harness.toy import cache, evaluation, regime, zoo
 from dspark_lite.harness.toy import corpus
+from dspark_lite.harness.toy.knobs import CorpusKnobs
 from dspark_lite.harness.toy.profiles import get_profile
 from dspark_lite.harness.toy.world import load_toy_world
 
@@ -66,7 +67,7 @@ def main() -> None:
                      eagle_intermediate_size=args.eagle_intermediate, eagle_num_heads=args.eagle_heads,
                      steps=args.drafter_steps, eagle_steps=args.drafter_steps, dspark_steps=args.drafter_steps)
     profile = replace(full, target=target, draft_lm=replace(full.draft_lm, vocab_size=args.vocab), drafter=recipe)
-    knobs = corpus.CorpusKnobs(chat_skew=args.chat_skew)
+    knobs = CorpusKnobs(chat_skew=args.chat_skew)
     out: dict = {"args": vars(args) | {"out": str(args.out)}}
 
     start = time.perf_counter()

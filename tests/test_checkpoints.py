@@ -63,7 +63,7 @@ def test_round_trip_in_released_layout(tmp_path: Path, target: Qwen3ForCausalLM,
     assert {"embed_tokens.weight", "lm_head.weight", "fc.weight", "hidden_norm.weight", "norm.weight",
             "markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "confidence_head.proj.weight",
             "confidence_head.proj.bias", "layers.1.self_attn.k_norm.weight", "layers.0.mlp.down_proj.weight"} <= keys
-    loaded = checkpoints.load_released(folder, target)
+    loaded = layouts.load_released(folder, target)
     assert isinstance(loaded, DSparkDrafter) and loaded.cfg == drafter.cfg
     for (k1, v1), (k2, v2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2), k1
@@ -99,7 +99,7 @@ def test_dflash_round_trip_has_no_heads(tmp_path: Path, target: Qwen3ForCausalLM
     folder = layouts.save_released(drafter, tmp_path / "dflash", target.config)
     raw = json.loads((folder / "config.json").read_text())
     assert raw["markov_rank"] == 0 and raw["enable_confidence_head"] is False and "markov_head_type" not in raw
-    loaded = checkpoints.load_released(folder, target)
+    loaded = layouts.load_released(folder, target)
     assert type(loaded) is DFlashDrafter and loaded.cfg == drafter.cfg
 
 
@@ -118,28 +118,28 @@ def test_renamed_key_fails_naming_the_key(saved: tuple[DSparkDrafter, Path], tar
     _, folder = saved
     _rewrite(folder, lambda t: t.__setitem__("context_proj.weight", t.pop("fc.weight")))
     with pytest.raises(CheckpointError, match=r"missing key 'fc.weight' \(expected shape \[32, 64\]"):
-        checkpoints.load_released(folder, target)
+        layouts.load_released(folder, target)
 
 
 def test_unexpected_key_fails_naming_it(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
     _, folder = saved
     _rewrite(folder, lambda t: t.__setitem__("markov_head.gate_proj.weight", torch.zeros(6, 38)))
     with pytest.raises(CheckpointError, match=r"unexpected key 'markov_head.gate_proj.weight' \(found shape \[6, 38\]"):
-        checkpoints.load_released(folder, target)
+        layouts.load_released(folder, target)
 
 
 def test_wrong_shape_fails_naming_both_shapes(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
     _, folder = saved
     _rewrite(folder, lambda t: t.__setitem__("markov_head.markov_w1.weight", torch.zeros(97, 7)))
     with pytest.raises(CheckpointError, match=r"'markov_head.markov_w1.weight'.*expected \[97, 6\], found \[97, 7\]"):
-        checkpoints.load_released(folder, target)
+        layouts.load_released(folder, target)
 
 
 @pytest.mark.parametrize("other", [dict(vocab=101), dict(hidden=40)])
 def test_drafter_of_another_target_fails_saying_so(saved: tuple[DSparkDrafter, Path], other: dict) -> None:
     _, folder = saved
     with pytest.raises(CheckpointError, match="another target"):
-        checkpoints.load_released(folder, tiny_target(**other))
+        layouts.load_released(folder, tiny_target(**other))
 
 
 def test_shared_weights_of_another_shape_say_another_target(saved: tuple[DSparkDrafter, Path],
@@ -147,7 +147,7 @@ def test_shared_weights_of_another_shape_say_another_target(saved: tuple[DSparkD
     _, folder = saved
     _rewrite(folder, lambda t: t.__setitem__("embed_tokens.weight", torch.zeros(120, 32)))
     with pytest.raises(CheckpointError, match=r"embed_tokens.weight .* \[120, 32\].*\[97, 32\].*another target"):
-        checkpoints.load_released(folder, target)
+        layouts.load_released(folder, target)
 
 
 def test_unsupported_fields_fail_clearly(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:
@@ -167,9 +167,9 @@ def test_hub_id_offline_never_downloads(monkeypatch: pytest.MonkeyPatch, target:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))
     with pytest.raises(FileNotFoundError, match="pass a local folder"):
-        checkpoints.load_released("deepseek-ai/dspark_qwen3_4b_block7", target)
+        layouts.load_released("deepseek-ai/dspark_qwen3_4b_block7", target)
     with pytest.raises(FileNotFoundError, match="neither a folder nor a hub id"):
-        checkpoints.load_released(str(tmp_path / "no" / "such" / "folder"), target)
+        layouts.load_released(str(tmp_path / "no" / "such" / "folder"), target)
 
 
 def test_qwen3_4b_shaped_drafter_has_about_1_39b_parameters() -> None:
@@ -199,7 +199,7 @@ def test_rope_frequencies_stay_float32_in_bf16(saved: tuple[DSparkDrafter, Path]
     drafter, folder = saved
     bf16_target = tiny_target().to(torch.bfloat16)
     built = checkpoints.build_drafter(checkpoints.read_released_config(folder), bf16_target)
-    loaded = checkpoints.load_released(folder, bf16_target)
+    loaded = layouts.load_released(folder, bf16_target)
     for model in (built, loaded):
         assert model.fc.weight.dtype == torch.bfloat16
         assert model.rotary_emb.inv_freq.dtype == torch.float32
@@ -247,7 +247,7 @@ def test_loader_reads_only_the_compared_rows_and_builds_on_meta(saved: tuple[DSp
 
     monkeypatch.setattr(safetensors, "safe_open", Spy)
     monkeypatch.setattr(hidden_drafter, "init_linear_weights", init_spy)
-    loaded = checkpoints.load_released(folder, tiny_target())
+    loaded = layouts.load_released(folder, tiny_target())
     assert whole and not set(whole) & set(checkpoints.SHARED_KEYS), whole
     assert devices and set(devices) == {"meta"}, devices
     assert all(p.device.type == "cpu" for p in loaded.parameters())
@@ -261,6 +261,6 @@ def test_a_file_without_the_targets_copies_loads_with_the_shared_check_on(saved,
     drafter, folder = saved
     _rewrite(folder, lambda tensors: [tensors.pop(key) for key in checkpoints.SHARED_KEYS])
     assert not set(checkpoints.SHARED_KEYS) & set(weights.checkpoint_shapes(folder))
-    loaded = checkpoints.load_released(folder, target, check_shared=True)
+    loaded = layouts.load_released(folder, target, check_shared=True)
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), drafter.state_dict().values()))
     assert not [w for w in recwarn if "differs from the target" in str(w.message)]

@@ -10,7 +10,8 @@ import torch
 from test_drafters import GAMMA, dflash, eagle, hidden_of, random_ids, tiny_target
 
 from dspark_lite.harness.toy import collisions, zoo
-from dspark_lite.harness.toy import corpus, samplers
+from dspark_lite.harness.toy import samplers
+from dspark_lite.harness.toy.knobs import CorpusKnobs
 from dspark_lite.harness.serving.costs import compare_draft_latency, draft_latency_curve
 from dspark_lite.harness.toy.evaluation import summarize
 from dspark_lite.harness.toy.profiles import get_profile
@@ -41,7 +42,7 @@ def test_phrasings_need_matching_heads_and_tails():
 
 
 def test_chat_phrasings_come_from_the_corpus_lists():
-    opener, agreement = collisions.chat_phrasings(corpus.CorpusKnobs(chat_branching=3))
+    opener, agreement = collisions.chat_phrasings(CorpusKnobs(chat_branching=3))
     assert [h + t for h, t in zip(opener.heads, opener.tails)] == list(samplers.OPENERS[:3])
     adjective, verb = samplers.AGREEMENT[0]
     assert agreement.classify(f" {adjective} to {verb}. Here") == "coherent"

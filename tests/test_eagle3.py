@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite.eagle import EagleConfig, EagleDrafter
-from dspark_lite.harness.gpu import checkpoints, eagle3, weights
+from dspark_lite.harness.gpu import checkpoints, eagle3, layouts, weights
 from dspark_lite.harness.gpu.weights import CheckpointError
 from dspark_lite.record import prefix_survival, tau
 from dspark_lite.baselines import autoregressive_generate
@@ -121,7 +121,7 @@ def test_loader_reads_deepspecs_layout(tmp_path, target, layer_ids, architecture
     """Both names eval.py maps to Qwen3Eagle3Evaluator load; the fused layers and their number
     (fc's width) come from the config, not from DeepSpec's 5; every tensor lands under its name."""
     folder = write_deepspec(tmp_path / "eagle3", target, layer_ids, architecture)
-    drafter = checkpoints.load_released(folder, target)
+    drafter = layouts.load_released(folder, target)
     assert isinstance(drafter, EagleDrafter)
     assert drafter.target_layer_ids == layer_ids and drafter.block_size == 7 and len(drafter.layers) == 1
     assert drafter.fc.weight.shape == (HIDDEN, len(layer_ids) * HIDDEN)
@@ -203,7 +203,7 @@ def test_loaded_drafter_drafts_as_deepspecs_model(tmp_path, target) -> None:
     layer_ids = (1, 3, 4)
     folder = write_deepspec(tmp_path / "eagle3", target, layer_ids, seed=4)
     weights = load_file(str(folder / "model.safetensors"))
-    drafter = checkpoints.load_released(folder, target)
+    drafter = layouts.load_released(folder, target)
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(0, VOCAB, (9,), generator=generator)
     drafter.start(context[:-1], target_hidden(target, context[:-1], layer_ids))
@@ -238,7 +238,7 @@ def test_writer_writes_deepspecs_layout_and_reads_back(tmp_path, target) -> None
     assert raw["architectures"] == ["Qwen3Eagle3Model"] and raw["target_layer_ids"] == [0, 2, 4]
     assert (raw["ttt_length"], raw["num_hidden_layers"], raw["draft_num_hidden_layers"]) == (7, 1, 1)
     assert (raw["num_target_layers"], raw["tie_word_embeddings"], raw["step_loss_decay"]) == (TARGET_LAYERS, False, 0.8)
-    loaded = checkpoints.load_released(folder, target)
+    loaded = layouts.load_released(folder, target)
     assert loaded.cfg == drafter.cfg
     for (k1, v1), (k2, v2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2), k1
@@ -257,7 +257,7 @@ def test_own_embeddings_read_the_checkpoints_head(tmp_path, target) -> None:
     tensors["lm_head.weight"] = 2.0 * tensors["lm_head.weight"]
     folder = write_deepspec(tmp_path / "eagle3", target, (1, 3), tensors=tensors)
     with pytest.warns(UserWarning, match="lm_head.weight differs from the target's"):
-        shared = checkpoints.load_released(folder, target)
+        shared = layouts.load_released(folder, target)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         own = eagle3.load_released_eagle3(folder, target, own_embeddings=True)

@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers
 
-from dspark_lite.harness.gpu import checkpoints, weights
+from dspark_lite.harness.gpu import checkpoints, layouts, weights
 from dspark_lite.harness.gpu import evalsets
 from dspark_lite.harness.gpu import headless, loading, measure, memory, preflight
 from dspark_lite.harness import result_files
@@ -41,7 +41,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     patch_room(monkeypatch, gpu_room, "load_target", forbidden)
     patch_room(monkeypatch, gpu_room, "load_world", forbidden)
     patch_room(monkeypatch, gpu_room, "random_target", forbidden)
-    monkeypatch.setattr(checkpoints, "load_released", forbidden)
+    monkeypatch.setattr(layouts, "load_released", forbidden)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", forbidden)
     monkeypatch.setattr(safetensors, "safe_open", forbidden)
     monkeypatch.setattr(safetensors.torch, "load_file", forbidden)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite.harness.toy import corpus
+from dspark_lite.harness.toy.knobs import CorpusKnobs
 from dspark_lite.harness.toy import regime
 
 
@@ -86,7 +86,7 @@ def test_block_dependency_measures_what_only_the_token_between_settles() -> None
 
 
 def test_chat_choice_entropy_is_lower_given_the_prompt_only_when_skewed() -> None:
-    skewed = regime.chat_choice_entropy(corpus.CorpusKnobs(chat_skew=1.0))
-    uniform = regime.chat_choice_entropy(corpus.CorpusKnobs(chat_skew=0.0))
+    skewed = regime.chat_choice_entropy(CorpusKnobs(chat_skew=1.0))
+    uniform = regime.chat_choice_entropy(CorpusKnobs(chat_skew=0.0))
     assert skewed["given_prompt"] < skewed["pooled"] - 0.05
     assert uniform["given_prompt"] == pytest.approx(uniform["pooled"]) == pytest.approx(math.log(5))

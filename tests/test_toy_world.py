@@ -10,6 +10,7 @@ import torch
 
 from dspark_lite.harness.toy import cache, tokenizer as toks
 from dspark_lite.harness.toy import corpus, samplers
+from dspark_lite.harness.toy.knobs import CorpusKnobs, Rng, NAMES, PRONOUN
 from dspark_lite.harness.toy.profiles import get_profile
 from dspark_lite.harness.toy.target import build_target, pack, reply_token_stats, train_causal_lm
 from dspark_lite.harness.toy.world import load_toy_world
@@ -23,23 +24,23 @@ UNIFORM_CHAT_DIGEST = "5c7cf8ac1b6dce5cabdb8cda8f5f0f970e541dbc599ca4a8f5578bb25
 
 
 def test_corpus_bytes_are_pinned(tmp_path: Path) -> None:
-    corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=corpus.CorpusKnobs())
+    corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=CorpusKnobs())
     assert corpus.corpus_digest(tmp_path) == PINNED_DIGEST
-    corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=corpus.CorpusKnobs(chat_skew=0.0))
+    corpus.write_corpus(tmp_path, SIZES, seed=0, knobs=CorpusKnobs(chat_skew=0.0))
     assert corpus.corpus_digest(tmp_path) == UNIFORM_CHAT_DIGEST
 
 
 def test_chat_choices_follow_the_prompts_skew() -> None:
     """Each prompt ranks the openers its own way, and the generated openers follow the weights
     1 / r ** chat_skew of that ranking (chi-square against the exact weights)."""
-    knobs = corpus.CorpusKnobs(chat_skew=1.0)
+    knobs = CorpusKnobs(chat_skew=1.0)
     records = corpus.generate_records("chat", "train", 4000, 0, knobs)
     prompts = sorted({r["prompt"] for r in records})
     rankings = set()
     for prompt in prompts[:6]:
         topic = next(i for i, t in enumerate(samplers.CHAT_TOPICS) if t[0] in prompt)
         ask = next(i for i, a in enumerate(samplers.ASKS) if a.format(req=samplers.CHAT_TOPICS[topic][0]) == prompt)
-        weights = samplers.PromptSkew(corpus.Rng(0), f"{topic}/{ask}", 1.0).weights(5, "opener")
+        weights = samplers.PromptSkew(Rng(0), f"{topic}/{ask}", 1.0).weights(5, "opener")
         assert sorted(weights, reverse=True) == pytest.approx([1 / r for r in range(1, 6)])
         rankings.add(tuple(weights))
         openers = [r["reply"].split("!")[0] + "!" for r in records if r["prompt"] == prompt]
@@ -48,14 +49,14 @@ def test_chat_choices_follow_the_prompts_skew() -> None:
         chi2 = sum((c - e) ** 2 / e for c, e in zip(counts, expected))
         assert chi2 < 18.5, (prompt, counts, expected)  # chi-square, 4 degrees of freedom, p = 0.001
     assert len(rankings) > 1, "different prompts must skew the choices differently"
-    uniform = samplers.PromptSkew(corpus.Rng(0), "0/0", 0.0).weights(5, "opener")
+    uniform = samplers.PromptSkew(Rng(0), "0/0", 0.0).weights(5, "opener")
     assert uniform == [1.0] * 5
     with pytest.raises(ValueError, match="chat_skew"):
-        corpus.CorpusKnobs(chat_skew=-1.0)
+        CorpusKnobs(chat_skew=-1.0)
 
 
 def test_corpus_is_seeded() -> None:
-    knobs = corpus.CorpusKnobs()
+    knobs = CorpusKnobs()
     a = corpus.generate_records("math", "train", 20, 1, knobs)
     assert a == corpus.generate_records("math", "train", 20, 1, knobs)
     assert a != corpus.generate_records("math", "train", 20, 2, knobs)
@@ -63,7 +64,7 @@ def test_corpus_is_seeded() -> None:
 
 
 def test_math_answers_are_computed() -> None:
-    for record in corpus.generate_records("math", "train", 200, 0, corpus.CorpusKnobs()):
+    for record in corpus.generate_records("math", "train", 200, 0, CorpusKnobs()):
         for line in record["reply"].splitlines():
             if "=" in line:  # every "a op b (op c) = d" in a solution is true arithmetic
                 lhs, rhs = line.split("=")[-2:]
@@ -73,14 +74,14 @@ def test_math_answers_are_computed() -> None:
 
 
 def test_code_asserts_hold() -> None:
-    for record in corpus.generate_records("code", "train", 200, 0, corpus.CorpusKnobs()):
+    for record in corpus.generate_records("code", "train", 200, 0, CorpusKnobs()):
         exec(compile(record["reply"], "<corpus>", "exec"), {})  # raises if a computed assert is wrong
 
 
 def test_chat_skip_dependency_knob() -> None:
     verbs = dict(samplers.AGREEMENT)
     def agreement_rate(p: float) -> float:
-        recs = corpus.generate_records("chat", "train", 300, 0, corpus.CorpusKnobs(chat_skip_dependency=p))
+        recs = corpus.generate_records("chat", "train", 300, 0, CorpusKnobs(chat_skip_dependency=p))
         hits = [verbs[r["reply"].split(" to ")[0].split()[-1]] in r["reply"].split(" to ")[1] for r in recs]
         return sum(hits) / len(hits)
     assert agreement_rate(1.0) == 1.0
@@ -92,42 +93,42 @@ def test_chat_remarks_knob_and_their_skip_word_agreement() -> None:
     0; each clause's last word agrees with its verb two words back (chat_skip_dependency = 1)."""
     words = dict(samplers.REMARKS)
     def clauses(rate: float) -> list[list[str]]:
-        recs = corpus.generate_records("chat", "train", 100, 0, corpus.CorpusKnobs(chat_remarks=rate))
+        recs = corpus.generate_records("chat", "train", 100, 0, CorpusKnobs(chat_remarks=rate))
         remarks = [line.split(" It ")[-1].rstrip(".") for r in recs for line in r["reply"].split("\n")
                    if " It " in line]
         return [c.split() for remark in remarks for c in remark.replace(" and ", ", ").split(", ")]
     found = clauses(1.0)
-    assert len(found) == 3 * 100 * (corpus.CorpusKnobs().chat_tips + 1)
+    assert len(found) == 3 * 100 * (CorpusKnobs().chat_tips + 1)
     assert all(words[verb] == word and middle == "you" for verb, middle, word in found)
     assert clauses(0.0) == []
 
 
 def test_unknown_domain_and_bad_knobs_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown domain 'poetry'.*math"):
-        corpus.generate_records("poetry", "train", 1, 0, corpus.CorpusKnobs())
+        corpus.generate_records("poetry", "train", 1, 0, CorpusKnobs())
     with pytest.raises(ValueError, match="unknown split"):
-        corpus.generate_records("math", "test", 1, 0, corpus.CorpusKnobs())
+        corpus.generate_records("math", "test", 1, 0, CorpusKnobs())
     with pytest.raises(ValueError, match="chat_branching"):
-        corpus.CorpusKnobs(chat_branching=9)
+        CorpusKnobs(chat_branching=9)
     with pytest.raises(ValueError, match="chat_remarks"):
-        corpus.CorpusKnobs(chat_remarks=1.5)
+        CorpusKnobs(chat_remarks=1.5)
     with pytest.raises(ValueError, match="probability"):
-        corpus.CorpusKnobs(code_style_entropy=1.5)
+        CorpusKnobs(code_style_entropy=1.5)
     with pytest.raises(ValueError, match="math_names"):
-        corpus.CorpusKnobs(math_names=1)
+        CorpusKnobs(math_names=1)
 
 
 def test_math_names_knob_limits_the_names_and_mixes_pronouns() -> None:
-    pool = samplers.math_names(corpus.CorpusKnobs(math_names=4))
-    assert {samplers.PRONOUN[n] for n in pool} == {"she", "he"}
-    records = corpus.generate_records("math", "train", 100, 0, corpus.CorpusKnobs(math_names=4))
-    used = {word for r in records for word in r["prompt"].replace(".", " ").split() if word in samplers.NAMES}
+    pool = samplers.math_names(CorpusKnobs(math_names=4))
+    assert {PRONOUN[n] for n in pool} == {"she", "he"}
+    records = corpus.generate_records("math", "train", 100, 0, CorpusKnobs(math_names=4))
+    used = {word for r in records for word in r["prompt"].replace(".", " ").split() if word in NAMES}
     assert used == set(pool)
 
 
 def test_math_explain_knob_adds_word_only_lines_and_keeps_the_arithmetic() -> None:
     def lines(explain: float) -> list[list[str]]:
-        records = corpus.generate_records("math", "train", 100, 0, corpus.CorpusKnobs(math_explain=explain))
+        records = corpus.generate_records("math", "train", 100, 0, CorpusKnobs(math_explain=explain))
         return [r["reply"].splitlines() for r in records]
 
     terse, explained = lines(0.0), lines(1.0)
@@ -138,11 +139,11 @@ def test_math_explain_knob_adds_word_only_lines_and_keeps_the_arithmetic() -> No
     count = lambda replies: sum(len(reply) for reply in replies)
     assert count(explained) - count(terse) == len(words_only)  # the computed lines are unchanged in number
     with pytest.raises(ValueError, match="math_explain"):
-        corpus.CorpusKnobs(math_explain=2.0)
+        CorpusKnobs(math_explain=2.0)
 
 
 def _texts() -> list[str]:
-    recs = [r for d in corpus.DOMAINS for r in corpus.generate_records(d, "train", 60, 0, corpus.CorpusKnobs())]
+    recs = [r for d in corpus.DOMAINS for r in corpus.generate_records(d, "train", 60, 0, CorpusKnobs())]
     return [toks.format_chat(r["prompt"], r["reply"]) for r in recs]
 
 

@@ -168,3 +168,9 @@ def test_a_cost_ratio_reads_both_ways() -> None:
 
 def test_a_claim_is_reproduced_or_not() -> None:
     assert (verdicts.reproduced(True), verdicts.reproduced(False)) == ("reproduced", "not reproduced")
+
+
+def test_a_sweeps_ends_are_formatted_or_not_available() -> None:
+    assert verdicts.ends([0.457, 0.81, 0.957], ".1%") == ("45.7%", "95.7%")
+    assert verdicts.ends([0.0, 0.5, 0.9], "g") == ("0", "0.9")
+    assert verdicts.ends([], ".1%") == ("n/a", "n/a")

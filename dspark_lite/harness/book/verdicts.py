@@ -323,3 +323,12 @@ def times_cheaper(ratio: float) -> str:
 def reproduced(ok: bool) -> str:
     """'reproduced' / 'not reproduced' (a claim of the paper, in this run)."""
     return either(ok, "reproduced", "not reproduced")
+
+
+def ends(values: Sequence[float], spec: str) -> tuple[str, str]:
+    """The first and last of a sweep's values, formatted with `spec` ('45.7%', '95.7%'), or
+    ('n/a', 'n/a') when the sweep has none."""
+    values = list(values)
+    if not values:
+        return "n/a", "n/a"
+    return format(values[0], spec), format(values[-1], spec)

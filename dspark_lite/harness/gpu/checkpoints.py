@@ -17,9 +17,10 @@ the target's own weights, which our drafters share instead of holding: `embed_to
 and `lm_head.weight` ([vocab, hidden] each). The loader checks their shapes against the target
 (that is how a drafter of another target is caught) and leaves them out of the drafter.
 
-`load_released(source, target)` reads a local folder, or a hub id when the hub is reachable
+`load_released_dspark(source, target)` reads a local folder, or a hub id when the hub is reachable
 (never when HF_HUB_OFFLINE=1, then only the local hub cache), checks every key and shape, and
-returns a `DSparkDrafter` or `DFlashDrafter`. `save_released(drafter, folder)` writes our
+returns a `DSparkDrafter` or `DFlashDrafter`; `layouts.load_released` takes any released drafter
+and hands each kind to its own loader. `save_released(drafter, folder)` writes our
 drafter in exactly that layout, so a tiny drafter can round-trip through the real loader.
 
 DeepSpec's Eagle3 drafters have their own layout: see `eagle3`.
@@ -390,9 +391,9 @@ def resolve_source(source: str | Path, download: bool = True) -> Path:
     return Path(snapshot_download(text, allow_patterns=patterns))
 
 
-def load_released(source: str | Path, target: PreTrainedModel, dtype: torch.dtype | None = None,
-                  download: bool = True, check_shared: bool = True) -> DFlashDrafter:
-    """A released drafter (folder or hub id) as a dspark_lite DSparkDrafter / DFlashDrafter on
+def load_released_dspark(source: str | Path, target: PreTrainedModel, dtype: torch.dtype | None = None,
+                         download: bool = True, check_shared: bool = True) -> DFlashDrafter:
+    """A released DSpark or DFlash drafter (folder or hub id) as a dspark_lite DSparkDrafter / DFlashDrafter on
     `target`, in `dtype` (default: the target's), on the target's device.
 
     Checks, in order: the config fits this target (CheckpointError saying "another target"),
@@ -404,14 +405,6 @@ def load_released(source: str | Path, target: PreTrainedModel, dtype: torch.dtyp
     device; RoPE frequencies are float32 (`rope_in_float32`).
     """
     folder = resolve_source(source, download)
-    from .eagle3 import (  # eagle3 builds on this module
-        EAGLE3_ARCHITECTURES,
-        load_released_eagle3,
-        released_architecture,
-    )
-
-    if released_architecture(folder) in EAGLE3_ARCHITECTURES:  # an Eagle3 drafter: its own loader
-        return load_released_eagle3(folder, target, dtype, download=False, check_shared=check_shared)
     released = read_released_config(folder)
     device, target_dtype = model_place(target)
     dtype = target_dtype if dtype is None else dtype

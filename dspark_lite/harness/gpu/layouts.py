@@ -1,8 +1,8 @@
 """Our drafters written in DeepSpec's released layout, and any released drafter whatever its kind
 (chapter 07): `save_released` writes a DSpark or DFlash drafter exactly as DeepSpec's
 `save_pretrained` does, so a tiny drafter round-trips through the real loader; `build_from_config`,
-`released_shapes` and `save_any_released` dispatch on the architecture name (DSpark, DFlash or
-Eagle3).
+`released_shapes`, `save_any_released` and `load_released` dispatch on the architecture name
+(DSpark, DFlash or Eagle3).
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from transformers import PretrainedConfig, PreTrainedModel
 from ...dflash import DFlashDrafter
 from ...eagle import EagleDrafter
 from .checkpoints import (
+    load_released_dspark,
+    resolve_source,
     ARCHITECTURE,
     CONFIG_FILE,
     NUM_ANCHORS,
@@ -32,6 +34,7 @@ from .eagle3 import (
     EAGLE3_ARCHITECTURES,
     build_eagle3,
     eagle3_expected_shapes,
+    load_released_eagle3,
     read_eagle3_config,
     released_architecture,
     save_released_eagle3,
@@ -110,3 +113,15 @@ def save_any_released(drafter: nn.Module, folder: str | Path, target_config: Pre
     if isinstance(drafter, EagleDrafter):
         return save_released_eagle3(drafter, folder, target_config, dtype)
     return save_released(drafter, folder, target_config, dtype)
+
+
+def load_released(source: str | Path, target: PreTrainedModel, dtype: torch.dtype | None = None,
+                  download: bool = True, check_shared: bool = True) -> nn.Module:
+    """A released drafter (folder or hub id) of any kind on `target`, in `dtype` (default: the
+    target's): an Eagle3 drafter through `eagle3.load_released_eagle3`, a DSpark or DFlash one
+    through `checkpoints.load_released_dspark`; each checks every key and shape before it reads a
+    weight, and nothing is downloaded unless `download` and the hub is online."""
+    folder = resolve_source(source, download)
+    if released_architecture(folder) in EAGLE3_ARCHITECTURES:
+        return load_released_eagle3(folder, target, dtype, download=False, check_shared=check_shared)
+    return load_released_dspark(folder, target, dtype, download=False, check_shared=check_shared)

@@ -4,12 +4,12 @@ Three worlds, one code path (`load_world`):
 
 * "real": `Qwen/Qwen3-4B` through `AutoModelForCausalLM` (`runtime.pick_dtype`: bf16 from compute
   capability 8.0, float32 below; sdpa attention) and the released DFlash and DSpark drafters through
-  `checkpoints.load_released` (hub ids or local folders).
+  `layouts.load_released` (hub ids or local folders).
 * "random-weights": the same shapes from the committed configs in `data/qwen3_4b/`, random
   weights: a GPU without hub access still measures real cost tables and engine overheads
   (acceptance numbers are meaningless).
 * "smoke": a tiny random Qwen3 target and tiny random DSpark and DFlash drafters, written to a
-  folder in exactly the released layout (`checkpoints.save_released`, `save_pretrained`) and
+  folder in exactly the released layout (`layouts.save_released`, `save_pretrained`) and
   read back by the same loaders. CPU runs (CI, the book build) use it; its numbers are
   meaningless too.
 """
@@ -216,7 +216,7 @@ def load_world(mode: str, device: torch.device, study: GpuStudy, seed: int = 0, 
     paths: dict[str, Path] = {}
     if mode == "real":
         target, tok = load_target(target_source, device, dtype)
-        drafters = {kind: checkpoints.load_released(src, target) for kind, src in drafter_sources.items()}
+        drafters = {kind: layouts.load_released(src, target) for kind, src in drafter_sources.items()}
         sources = {"target": str(target_source), **{k: str(v) for k, v in drafter_sources.items()}}
     elif mode == "random-weights":
         target = random_target(QWEN3_4B / "config.json", device, dtype or pick_dtype(device), seed)
@@ -229,7 +229,7 @@ def load_world(mode: str, device: torch.device, study: GpuStudy, seed: int = 0, 
         folder = Path(workdir or tempfile.mkdtemp(prefix="dspark_ch07_"))
         paths = dict(build_smoke_world(folder, study, seed))
         target, tok = load_target(paths["target"], device, dtype or torch.float32)
-        drafters = {kind: checkpoints.load_released(paths[kind], target) for kind in DRAFTER_IDS if kind in paths}
+        drafters = {kind: layouts.load_released(paths[kind], target) for kind in DRAFTER_IDS if kind in paths}
         sources = {"target": "tiny random Qwen3, written with save_pretrained and read back",
                    **{k: "tiny random, written in the released layout and read back" for k in drafters}}
     else:

@@ -16,7 +16,8 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from . import corpus, samplers
+from . import samplers
+from .knobs import CorpusKnobs
 from . import tokenizer
 from ...baselines import autoregressive_generate
 from ...speculative import Drafter, target_hidden
@@ -58,7 +59,7 @@ def _split_opener(opener: str) -> tuple[str, str]:
     return head, opener[len(head):]
 
 
-def chat_phrasings(knobs: corpus.CorpusKnobs) -> list[Phrasings]:
+def chat_phrasings(knobs: CorpusKnobs) -> list[Phrasings]:
     """The chat domain's two multi-token collisions, from the corpus's own phrase lists:
     the reply's opener, and the adjective that decides the verb two tokens later."""
     b = knobs.chat_branching

@@ -136,13 +136,14 @@ def chat_choice_entropy(knobs, point: str = "opener") -> dict[str, float]:
     """How much the prompt tells about one chat choice, exactly, from the generator's weights
     (`samplers.PromptSkew`): the mean entropy of the choice given the prompt, and the entropy of
     the same choice pooled over all prompts (nats). Equal at chat_skew 0 (uniform choices)."""
-    from . import corpus, samplers
+    from . import samplers
+    from .knobs import Rng
 
     n = min(knobs.chat_branching, len(samplers.OPENERS))
     given, pooled = [], torch.zeros(n, dtype=torch.float64)
     keys = [f"{t}/{a}" for t in range(len(samplers.CHAT_TOPICS)) for a in range(len(samplers.ASKS))]
     for key in keys:
-        w = torch.tensor(samplers.PromptSkew(corpus.Rng(0), key, knobs.chat_skew).weights(n, point), dtype=torch.float64)
+        w = torch.tensor(samplers.PromptSkew(Rng(0), key, knobs.chat_skew).weights(n, point), dtype=torch.float64)
         p = w / w.sum()
         given.append(_entropy(p).item())
         pooled += p / len(keys)

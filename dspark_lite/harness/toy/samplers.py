@@ -1,27 +1,18 @@
 """The toy world's three domains as samplers (chapter 01): the phrase lists and the math, code and
-chat samplers the corpus generator calls with its seeded `corpus.Rng` and `corpus.CorpusKnobs`.
+chat samplers the corpus generator calls with its seeded `knobs.Rng` and `knobs.CorpusKnobs`.
 Chat's choices are skewed by the prompt (`PromptSkew`).
 """
 from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
-if TYPE_CHECKING:  # annotations only: corpus imports the samplers
-    from .corpus import CorpusKnobs, Rng
-
+from .knobs import NAMES, PRONOUN, CorpusKnobs, Rng
 
 
 # --------------------------------------------------------------------------------------
 # math
-SHE = ("Ava", "Chloe", "Emma", "Grace", "Isla", "Kira", "Maya", "Olivia", "Priya", "Rosa", "Tara",
-       "Vera", "Ximena", "Zoe", "Bella", "Dina", "Elena", "Gemma", "Ivy", "Keiko", "Mila", "Nina")
-HE = ("Ben", "Daniel", "Farid", "Hugo", "Jonah", "Liam", "Noah", "Quinn", "Sam", "Umar", "Wes",
-      "Yusuf", "Aiden", "Carlos", "Felix", "Hassan", "Jack", "Leo")
-# Alternating she/he, so that any prefix of the list mixes both pronouns.
-NAMES = tuple(n for pair in zip(SHE, HE) for n in pair) + SHE[len(HE):]
-PRONOUN = {**{name: "she" for name in SHE}, **{name: "he" for name in HE}}
 ITEMS = (
     "apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "cards",
     "beads", "books", "oranges", "toy cars", "crayons", "buttons", "candles", "coins",

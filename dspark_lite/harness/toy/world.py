@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from . import cache, target, tokenizer
 from . import corpus
+from .knobs import CorpusKnobs
 from ..hub import quiet_hub_bars
 from ...resume import Checkpointer
 from .profiles import Profile, TargetConfig, get_profile
@@ -29,7 +30,7 @@ class ToyWorld:
 
     profile: Profile
     seed: int
-    knobs: corpus.CorpusKnobs
+    knobs: CorpusKnobs
     corpus_dir: Path
     tokenizer: PreTrainedTokenizerFast
     target: Qwen3ForCausalLM
@@ -52,7 +53,7 @@ class ToyWorld:
         return torch.tensor(self.tokenizer(tokenizer.format_chat(prompt))["input_ids"])
 
 
-def _corpus_config(profile: Profile, seed: int, knobs: corpus.CorpusKnobs) -> dict:
+def _corpus_config(profile: Profile, seed: int, knobs: CorpusKnobs) -> dict:
     return {"sizes": asdict(profile.corpus), "seed": seed, "knobs": asdict(knobs)}
 
 
@@ -60,7 +61,7 @@ def _sizes(profile: Profile) -> dict[str, int]:
     return {"train": profile.corpus.train, "validation": profile.corpus.validation, "eval": profile.corpus.eval_prompts}
 
 
-def build_corpus(profile: Profile, seed: int, knobs: corpus.CorpusKnobs) -> Path:
+def build_corpus(profile: Profile, seed: int, knobs: CorpusKnobs) -> Path:
     """The corpus JSONL folder for this profile, seed and knobs (cached)."""
     return cache.load_or_build(
         "corpus", _corpus_config(profile, seed, knobs),
@@ -74,7 +75,7 @@ def conversations(corpus_dir: Path, split: str) -> list[str]:
     return [tokenizer.format_chat(p, r) for p, r in zip(ds["prompt"], ds["reply"])]
 
 
-def build_tokenizer(profile: Profile, seed: int, knobs: corpus.CorpusKnobs, corpus_dir: Path) -> PreTrainedTokenizerFast:
+def build_tokenizer(profile: Profile, seed: int, knobs: CorpusKnobs, corpus_dir: Path) -> PreTrainedTokenizerFast:
     """The BPE tokenizer trained on the train split (cached)."""
     config = {**_corpus_config(profile, seed, knobs), "vocab_size": profile.target.vocab_size}
     return cache.load_or_build(
@@ -104,12 +105,12 @@ def _load_lm(folder: Path, device: torch.device) -> tuple[Qwen3ForCausalLM, Trai
     return model, history
 
 
-def load_toy_world(profile: str | Profile = "full", seed: int = 0, knobs: corpus.CorpusKnobs | None = None,
+def load_toy_world(profile: str | Profile = "full", seed: int = 0, knobs: CorpusKnobs | None = None,
                    device: torch.device | str = "cpu") -> ToyWorld:
     """Build (or load from the cache) the corpus, tokenizer and trained target of a profile; the
     target trains on (or is loaded onto) `device`."""
     profile = get_profile(profile) if isinstance(profile, str) else profile
-    knobs = knobs or corpus.CorpusKnobs()
+    knobs = knobs or CorpusKnobs()
     device = torch.device(device)
     corpus_dir = build_corpus(profile, seed, knobs)
     tok = build_tokenizer(profile, seed, knobs, corpus_dir)
@@ -117,7 +118,7 @@ def load_toy_world(profile: str | Profile = "full", seed: int = 0, knobs: corpus
     return ToyWorld(profile, seed, knobs, corpus_dir, tok, model, history, folder, device)
 
 
-def _cached_lm(kind: str, cfg: TargetConfig, profile: Profile, seed: int, knobs: corpus.CorpusKnobs,
+def _cached_lm(kind: str, cfg: TargetConfig, profile: Profile, seed: int, knobs: CorpusKnobs,
                corpus_dir: Path, tok: PreTrainedTokenizerFast, device: torch.device
                ) -> tuple[Qwen3ForCausalLM, TrainHistory, Path]:
     config = {**_corpus_config(profile, seed, knobs), kind: asdict(cfg)}
