@@ -6,7 +6,7 @@ harness is in rooms by concern, and a room imports only the rooms below it:
     base (harness/*.py: results files)  <-  toy, serving  <-  gpu  <-  book
 
 No module imports another's private name, in the package or in the tests; no harness module is
-part of an import circle; no module of the package is over 500 lines
+part of an import circle (counting imports inside functions too); no module of the package is over 500 lines
 (checks.py excepted, see LONGER_ON_PURPOSE)."""
 from __future__ import annotations
 
@@ -27,15 +27,12 @@ LONGEST_MODULE = 500
 LONGER_ON_PURPOSE = {"checks.py"}
 
 
-def imports(path: Path, root: Path = ROOT, top_level_only: bool = False) -> list[tuple[str, str, int]]:
+def imports(path: Path, root: Path = ROOT) -> list[tuple[str, str, int]]:
     """(module imported from, name, line) for every import in `path`, relative imports resolved
-    against its package (its folder below `root`); with top_level_only, only the module's own
-    statements (an import inside a function runs later and cannot close a circle)."""
+    against its package (its folder below `root`)."""
     package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
-    tree = ast.parse(path.read_text(), str(path))
-    nodes = tree.body if top_level_only else ast.walk(tree)
     found = []
-    for node in nodes:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found += [(alias.name, "*", node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -118,7 +115,7 @@ def test_the_checks_find_planted_imports(tmp_path):
 
 def import_graph() -> dict[str, set[str]]:
     dotted = lambda p: ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-    return {dotted(p): {t for module, name, _ in imports(p, top_level_only=True) for t in harness_targets(module, name)}
+    return {dotted(p): {t for module, name, _ in imports(p) for t in harness_targets(module, name)}
             for p in harness_modules()}
 
 
