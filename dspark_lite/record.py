@@ -86,7 +86,7 @@ class Rounds:
         parts = list(parts)
         if not parts:
             return cls.of([], [])
-        width = max(p.gamma for p in parts)
+        width = max(p.width for p in parts)
         pad = lambda z: np.pad(z, ((0, 0), (0, width - z.shape[1])), constant_values=np.nan)
         return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in ("proposed", "accepted", "ended_in_draft")),
                    np.concatenate([pad(p.logits) for p in parts]), np.concatenate([p.domain for p in parts]))
@@ -100,8 +100,9 @@ class Rounds:
                       self.domain[rows])
 
     @property
-    def gamma(self) -> int:
-        """Columns of `logits`: the most drafts any round proposed."""
+    def width(self) -> int:
+        """Columns of `logits`: the most drafts any round proposed (the record's width; a round's
+        own proposal is its `proposed`)."""
         return int(self.logits.shape[1])
 
     @property
@@ -123,13 +124,13 @@ class Rounds:
         return replace(self, logits=np.asarray(logits, dtype=np.float32))
 
     def full_blocks(self, gamma: int | None = None) -> Rounds:
-        """The rounds that proposed a whole block of `gamma` drafts (default: `self.gamma`) with
+        """The rounds that proposed a whole block of `gamma` drafts (default: `self.width`) with
         confidences, logits cut to gamma columns: what calibration and the scheduler read.
         ValueError when there is none."""
-        gamma = self.gamma if gamma is None else checks.positive_int(gamma, "gamma")
-        keep = (self.proposed == gamma) & ~np.isnan(self.logits[:, :gamma]).any(axis=1) if gamma <= self.gamma \
+        gamma = self.width if gamma is None else checks.positive_int(gamma, "gamma")
+        keep = (self.proposed == gamma) & ~np.isnan(self.logits[:, :gamma]).any(axis=1) if gamma <= self.width \
             else np.zeros(len(self), dtype=bool)
-        checks.full_blocks_found(int(keep.sum()), gamma, len(self), self.gamma)
+        checks.full_blocks_found(int(keep.sum()), gamma, len(self), self.width)
         full = self[keep]
         return replace(full, logits=full.logits[:, :gamma])
 

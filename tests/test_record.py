@@ -21,7 +21,7 @@ def example() -> Rounds:
 
 def test_full_blocks_keep_the_rounds_with_a_whole_block_of_confidences():
     full = example().full_blocks()
-    assert len(full) == 2 and full.gamma == 3 and full.counts() == {"chat": 1, "math": 1}
+    assert len(full) == 2 and full.width == 3 and full.counts() == {"chat": 1, "math": 1}
     assert full.accepted.tolist() == [2, 3] and full.domain.tolist() == ["math", "chat"]
     np.testing.assert_allclose(full.confidences()[0], sigmoid([2.0, 1.0, -0.5]))
     with pytest.raises(ValueError, match="no round proposed a full block of gamma = 4"):
@@ -50,7 +50,7 @@ def test_columns_are_read_only_and_rows_select_like_numpy():
 def test_concat_pads_logits_and_round_trips_through_npz_and_json(tmp_path):
     wide, narrow = example(), Rounds.of([1], [0], [[0.5]], domain="code")
     both = Rounds.concat([narrow, wide])
-    assert both.gamma == 3 and len(both) == 5 and np.isnan(both.logits[0, 1:]).all()
+    assert both.width == 3 and len(both) == 5 and np.isnan(both.logits[0, 1:]).all()
     np.savez(tmp_path / "r.npz", **both.to_arrays())
     with np.load(tmp_path / "r.npz") as arrays:
         again = Rounds.from_arrays(arrays)

@@ -62,7 +62,7 @@ def test_dspark_budget_shrinks_as_concurrency_grows_past_the_knee():
     budgets = [simulate(records, "dspark", curve, R, 100, rng=np.random.default_rng(R)).mean_budget
                for R in (1, 4, 16, 64, 256)]
     assert all(later <= earlier for earlier, later in zip(budgets, budgets[1:])), budgets
-    assert budgets[0] == records.gamma and budgets[-1] < 1
+    assert budgets[0] == records.width and budgets[-1] < 1
 
 
 def test_async_takes_its_capacity_from_two_steps_earlier():

@@ -371,7 +371,7 @@ def real_step_throughput(target: PreTrainedModel, records: Rounds, schedulers: S
             c, accepted = confidences[drawn], records.accepted[drawn]
             for k in rng.permutation(len(names)):
                 name, choose = names[k]
-                lengths = lengths_in_range(choose(c, c, table), R, records.gamma, f"the lengths of scheduler {name!r}")
+                lengths = lengths_in_range(choose(c, c, table), R, records.width, f"the lengths of scheduler {name!r}")
                 totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]

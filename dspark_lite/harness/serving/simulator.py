@@ -140,9 +140,9 @@ def _check_sim_args(records: Rounds, curve: StepCurve, concurrency: Any, steps: 
         raise ValueError(f"curve must be a StepCurve; got {type(curve).__name__}")
     requests = positive_int(concurrency, "concurrency R (active requests)")
     steps = positive_int(steps, "steps")
-    gamma = records.gamma if gamma is None else positive_int(gamma, "gamma")
-    if gamma > records.gamma:
-        raise ValueError(f"gamma = {gamma} exceeds the records' block of {records.gamma} drafted tokens")
+    gamma = records.width if gamma is None else positive_int(gamma, "gamma")
+    if gamma > records.width:
+        raise ValueError(f"gamma = {gamma} exceeds the records' block of {records.width} drafted tokens")
     if not curve.min_batch <= requests <= curve.max_batch:
         raise ValueError(f"R = {requests} requests need batches of at least {requests} tokens, but the step "
                          f"curve covers [{curve.min_batch}, {curve.max_batch}]")
