@@ -21,6 +21,7 @@ from dspark_lite.training import (
     TrainingSequences,
     train_drafter,
     drafter_loss,
+    TargetViews,
     target_batch,
     train_drafters,
 )
@@ -349,12 +350,13 @@ def evaluate_drafter(drafter, target, sequences, cfg, seed=0) -> dict:
     """Held-out loss and acceptance proxies: every sequence once, anchors drawn with `seed`,
     metrics averaged over batches (the drafter left in the mode it was in)."""
     generator = torch.Generator().manual_seed(seed)
+    views = TargetViews(target, sequences, drafter.target_layer_ids)
     was_training = drafter.training
     drafter.eval()
     totals: dict[str, list] = {}
     for start in range(0, len(sequences), cfg.sequences_per_batch):
         indices = range(start, min(start + cfg.sequences_per_batch, len(sequences)))
-        batch = target_batch(target, sequences, indices, cfg, generator, drafter.target_layer_ids)
+        batch = target_batch(views, sequences, indices, cfg, generator)
         loss, parts = drafter_loss(drafter, batch, cfg)
         for name, value in {"loss": loss.item(), **parts}.items():
             totals.setdefault(name, []).append(value)
@@ -422,3 +424,22 @@ def test_training_sequences_need_a_prompt_and_a_reply_of_two_tokens():
         TrainingSequences([random_ids(0, 6), random_ids(1, 5)], [4, 4], PAD_ID)
     with pytest.raises(ValueError, match="2 sequences but 1 prompt lengths"):
         TrainingSequences([random_ids(0, 6), random_ids(1, 6)], [4], PAD_ID)
+
+
+def test_target_views_equal_the_targets_own_forward(target):
+    """What the trainer reads (kept per sequence, the LM head applied per batch) is the target's
+    own logits and selected hidden states, in any batch a sequence lands in."""
+    prompts = [random_ids(60 + i, 3 + i) for i in range(5)]
+    data = generate_training_sequences(target, stub_tokenizer(), prompts, 10, 1.0, torch.Generator().manual_seed(2),
+                                       batch_size=5)
+    views = TargetViews(target, data, LAYER_IDS, chunk=2)
+    for indices in ([0, 1, 2], [3, 1], [4, 0, 3]):
+        logits, hidden = views.batch(indices)
+        for row, i in enumerate(indices):
+            ids, n = data.sequences[i], data.sequences[i].shape[0]
+            with torch.no_grad():
+                out = target(input_ids=ids[None], output_hidden_states=True)
+            torch.testing.assert_close(logits[row, :n], out.logits[0].float(), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(hidden[row, :n], select_target_hidden(out.hidden_states, LAYER_IDS)[0])
+            assert not hidden[row, n:].any()
+    assert len(views.final) == len(views.hidden) == len(data)

@@ -148,7 +148,7 @@ HEADLINES: tuple[tuple[str, str, str, str, str], ...] = (
     ("04", "table1_toy", "tau.dspark_markov.chat", "tau, DSpark-Markov, chat", "3.49 (Qwen3-4B)"),
     ("04", "table1_toy", "tau.dspark_rnn.chat", "tau, DSpark-RNN, chat", "-"),
     ("04", "table1_toy", "macro_gain_over_dflash", "DSpark gain over DFlash, macro average (%)", "+16.3"),
-    ("04", "table1_toy", "gamma_sweep_macro_gain_pct.4", "DSpark gain over DFlash at gamma 4, lean recipe (%)", "-"),
+    ("04", "table1_toy", "gamma_sweep_macro_gain_pct.8", "DSpark gain over DFlash at gamma 8, lean recipe (%)", "+16 at gamma 7"),
     ("04", "table1_toy", "gamma_sweep_macro_gain_pct.16", "DSpark gain over DFlash at gamma 16, lean recipe (%)", "+26 at gamma 15"),
     ("04", "table1_toy", "head_overhead_pct_at_gamma", "Markov head's round-latency overhead at gamma 7 (%)", "0.2-1.3"),
     ("04", "table1_toy", "macro_gain_over_eagle", "DSpark gain over the EAGLE-style drafter, macro average (%)", "+30.9 (over Eagle3)"),

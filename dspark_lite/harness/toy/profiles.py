@@ -116,7 +116,9 @@ class HeadStudy:
         gamma, so every block size sees the same number of supervised slots.
     depth_layers / deep_dflash_layers / depth_gamma: Figure 3's DSpark depths, the deeper
         DFlash, and their block size (one of Figure 4's, so its 2-layer drafters serve both).
-    ablation_gammas: Figure 4's block sizes.
+        As the paper's Figure 3, a DSpark at the backbone's depth against a deeper DFlash.
+    ablation_gammas: Figure 4's block sizes; as the paper's two (7 and 15), a block and one
+        about twice as long (each block size costs a pair of drafters' training).
     ablation_eval_prompts / ablation_eval_samples: the ablations' acceptance measurement.
     race_prompts / race_new_tokens / race_repeats: the end-to-end wall-clock race (per domain).
     overhead_repeats: draft-call timings per gamma for the head's round-latency overhead.
@@ -295,8 +297,8 @@ _FULL = Profile(
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(
-        ablation_steps=2000, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(1, 2),
-        deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(4, 8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
+        ablation_steps=2000, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
+        deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=12, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=3, frozen_head_steps=300, resplits=8,
@@ -347,7 +349,7 @@ _SMOKE = Profile(
         draft_intermediate_size=8,
     ),
     heads=HeadStudy(
-        ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1, 2),
+        ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1,),
         deep_dflash_layers=2, depth_gamma=4, ablation_gammas=(2, 4), ablation_eval_prompts=1, ablation_eval_samples=1,
         race_prompts=1, race_new_tokens=8, race_repeats=1, overhead_repeats=2,
     ),
