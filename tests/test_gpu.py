@@ -325,3 +325,20 @@ def test_generation_length_is_a_parameter(tmp_path: Path, monkeypatch: pytest.Mo
         short = dataclasses.replace(study, new_tokens=new_tokens)
         run = measure.run_benchmark(world, "dspark", ["Solve 2 + 2.", "Write a haiku."], short, seed=0)
         assert run.acceptance.tokens <= 2 * new_tokens and run.acceptance.rounds >= 2
+
+
+def test_preface_gpu_status_says_what_was_measured(tmp_path: Path) -> None:
+    """The preface's sentence: no folder, an empty folder, only a random-weights run, then a real run
+    on DeepSpec's prompts, which it names with its file, GPU and comparison."""
+    missing = results.gpu_status(tmp_path / "absent")
+    assert "does not exist yet" in missing and "without a GPU" in missing
+    assert "holds no such run" in results.gpu_status(tmp_path, has_gpu=True)
+    assert "This build had a GPU" in results.gpu_status(tmp_path, has_gpu=True)
+    (tmp_path / "qwen3_4b_h100_random_weights.json").write_text(
+        json.dumps(_gpu_record("random-weights", "2026-03-01 10:00 UTC", "fixture", 7.9)))
+    other = results.gpu_status(tmp_path)
+    assert "No number in this book" in other and results.GPU_RUN_KINDS[2] in other
+    (tmp_path / "qwen3_4b_l4.json").write_text(json.dumps(_gpu_record("real", "2026-01-01 10:00 UTC")))
+    real = results.gpu_status(tmp_path)
+    assert real.startswith("Chapter 07 sets") and "`data/results/qwen3_4b_l4.json`" in real
+    assert "No number" not in real and "subset" in real

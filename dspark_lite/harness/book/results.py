@@ -179,6 +179,37 @@ def best_gpu_result(folder: Path | None = None) -> tuple[str, dict[str, Any]] | 
     return found[0] if found else None
 
 
+def gpu_status(folder: Path | None = None, has_gpu: bool = False) -> str:
+    """A sentence on what the book has measured on Qwen3-4B: the committed GPU run it sets
+    beside Table 1 (`best_gpu_result` of `folder`, default data/results/), or that there is none
+    yet, why, and what this build's GPU page ran (`has_gpu`: whether this build had a GPU)."""
+    folder = Path(folder) if folder is not None else committed_results_dir()
+    best = best_gpu_result(folder)
+    kind = None if best is None else gpu_run_kind(best[1])
+    if kind == GPU_RUN_KINDS[0]:
+        env = best[1].get("results", {}).get("environment", {})
+        date = best[1].get("provenance", {}).get("date", "an unrecorded date")
+        return (f"Chapter 07 sets a committed GPU run of Qwen3-4B with the released checkpoints on DeepSpec's "
+                f"evaluation prompts (`data/results/{best[0]}.json`, {env.get('gpu') or 'GPU not recorded'}, {date}) "
+                f"beside the paper's Table 1, compared as: {gpu_protocol_label(best[1])}. Every other number in the "
+                "book is measured on the toy world, on the build machine's CPU (or GPU, where it had one).")
+    if not folder.exists():
+        held = "the folder `data/results/` does not exist yet"
+    elif best is None:
+        held = "`data/results/` holds no such run"
+    else:
+        held = f"`data/results/` holds only runs of another kind, the best being {kind}"
+    this_build = ("This build had a GPU: chapter 07 as rendered here measured this machine's run, which is not "
+                  "committed to `data/results/`." if has_gpu else
+                  "This build ran without a GPU, so chapter 07 as rendered here runs the same code path with tiny "
+                  "random models, whose numbers mean nothing.")
+    return ("**No number in this book has been measured on Qwen3-4B yet.** No GPU run of chapter 07 with "
+            f"Qwen3-4B and the released checkpoints has been committed ({held}). Qwen3-4B's numbers "
+            "(Table 1's accepted lengths, Figure 2, the confidence head's calibration, the wall-clock "
+            "speed-up) will appear in chapter 07 when such a run is committed. Everything else in the book "
+            f"is measured on the toy world, on a CPU. {this_build}")
+
+
 def gpu_table1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (drafter, benchmark) of a GPU result: our tau, and the paper's with the
     relative difference in % only for a run of real weights on DeepSpec's prompts (None otherwise),

@@ -129,8 +129,8 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
 def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe | None = None,
                            seed: int = 0) -> dict[str, tuple[nn.Module, DrafterTrainHistory]]:
     """`load_or_train_drafter` for several kinds at once. Those not in the cache
-    train side by side, kinds with as many steps in one loop that runs the target once per
-    batch for all of them (`training.train_drafters`: each trains exactly as it would alone),
+    train side by side, kinds with as many steps in one loop that shares one view of the
+    target among them (`training.train_drafters`: each trains exactly as it would alone),
     and each is cached under its own key, so either function finds it later."""
     recipe = recipe or world.profile.drafter
     entries = {kind: _drafter_entry(world, _check_kind(kind), recipe, seed) for kind in kinds}
