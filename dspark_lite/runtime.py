@@ -53,8 +53,12 @@ def pick_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def bf16_autocast_pays(device: torch.device) -> bool:
-    """Whether `device` has fast bf16 matmuls: a GPU where `pick_dtype` picks bf16, or a CPU with AMX."""
+def bf16_autocast_pays(device: torch.device, wide: bool = False) -> bool:
+    """Whether bf16 autocast makes `device`'s matmuls faster: a GPU where `pick_dtype` picks bf16; a
+    CPU with AMX; and, for `wide` matmuls (a language model's training batch, thousands of rows), a
+    CPU with AVX512-BF16 (measured on a 2-core EPYC: the toy target's training step about 1.5x
+    faster, a drafter's small step about 1.3x slower)."""
     if device.type == "cpu":
-        return getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+        amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+        return amx or (wide and getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
     return pick_dtype(device) == torch.bfloat16

@@ -162,10 +162,10 @@ def position_weights(gamma: int, decay: float | None, device: torch.device | Non
     return torch.exp(-torch.arange(gamma, device=device, dtype=torch.float32) / decay)
 
 
-def fast_autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast where `runtime.bf16_autocast_pays(device)`; else a no-op. Master weights and
-    the optimiser stay in float32; only the matmuls run in bf16."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast_pays(device))
+def fast_autocast(device: torch.device, wide: bool = False) -> torch.autocast:
+    """bf16 autocast where `runtime.bf16_autocast_pays(device, wide)`; else a no-op. Master weights
+    and the optimiser stay in float32; only the matmuls run in bf16."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast_pays(device, wide))
 
 
 @torch.no_grad()

@@ -182,6 +182,18 @@ def test_dtype_follows_compute_capability(monkeypatch: pytest.MonkeyPatch) -> No
         assert runtime.bf16_autocast_pays(cuda) == (dtype == torch.bfloat16), capability
 
 
+
+def test_cpu_bf16_autocast_follows_the_cpu_and_the_matmul_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU, AMX makes every bf16 matmul pay; AVX512-BF16 alone only the wide ones (the target's
+    training batch), not a drafter's small step; a CPU with neither trains in float32."""
+    cpu = torch.device("cpu")
+    for amx, avx512_bf16, narrow, wide in ((True, True, True, True), (True, False, True, True),
+                                           (False, True, False, True), (False, False, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda b=avx512_bf16: b)
+        assert runtime.bf16_autocast_pays(cpu) == narrow, (amx, avx512_bf16)
+        assert runtime.bf16_autocast_pays(cpu, wide=True) == wide, (amx, avx512_bf16)
+
 def test_baseline_samples_at_t1_whatever_the_hub_config_says() -> None:
     """Issue 19, item 9: the target-only baseline samples from the full distribution at T = 1 even
     when the model's own generation config asks for top-k sampling (Qwen3-4B's: top-k 20, top-p 0.95).

@@ -5,6 +5,7 @@ from dataclasses import replace
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -317,3 +318,25 @@ def test_editing_any_module_of_the_package_changes_every_key(tmp_path: Path) -> 
         module.write_bytes(original)
     assert cache.package_source_hash(package) == before
     assert len(list(package.rglob("*.py"))) > 25  # every module of both layers, not a hand-kept list
+
+
+def test_rollouts_in_worker_processes_give_the_numbers_of_one_process(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rollout draws from its own seeded generator, so generating them in two forked processes
+    gives exactly the rollouts one process generates, in the same order; bad worker counts are refused."""
+    from dspark_lite.harness.toy import evaluation, zoo
+
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    world = load_toy_world("smoke", seed=0)
+    drafter = zoo.build_dflash(world, world.profile.drafter)  # untrained: rounds of every length
+    runs = [evaluation.measure_acceptance(world, drafter, 3, 2, 12, samples=2, keep_record=True, workers=w)
+            for w in (1, 2)]
+    for domain in runs[0]:
+        one, two = runs[0][domain], runs[1][domain]
+        assert one.per_generation == two.per_generation and one.tau == two.tau, domain
+        assert np.array_equal(one.record.accepted, two.record.accepted), domain
+        assert len(one.per_generation) == 4 and one.rounds > 4, domain
+    other_seed = evaluation.measure_acceptance(world, drafter, 3, 2, 12, samples=2, seed=1, workers=2)
+    assert any(other_seed[d].per_generation != runs[0][d].per_generation for d in runs[0])
+    with pytest.raises(ValueError, match="workers >= 1"):
+        evaluation.measure_acceptance(world, drafter, 3, 2, 12, workers=0)

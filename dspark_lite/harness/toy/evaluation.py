@@ -5,6 +5,9 @@ drafting with gamma tokens per round, temperature 1.0 for target and drafter ali
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
+import sys
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Sequence
 
@@ -61,32 +64,76 @@ def summarize_rollouts(domain: str, rollouts: Sequence[Rollout], gamma: int, kee
     return report
 
 
+def rollout_seed(seed: int, domain: int, index: int) -> int:
+    """The seed of one rollout (the `index`-th generation of the `domain`-th domain): each rollout
+    draws from its own generator, so the numbers do not depend on the order rollouts run in."""
+    return int(np.random.SeedSequence([seed, domain, index]).generate_state(1)[0])
+
+
+def rollout_workers(device: torch.device) -> int:
+    """How many processes generate rollouts side by side: one per CPU core on Linux, one on a GPU
+    or where processes cannot fork. A toy rollout is a long chain of small ops that a second
+    thread barely speeds up (measured on 2 cores: six rollouts in 0.71 s on one thread, 0.68 s on
+    two), so two single-thread
+    processes on two cores generate about twice as many."""
+    if device.type != "cpu" or sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return len(os.sched_getaffinity(0))
+
+
+_WORK: tuple | None = None  # what forked rollout workers inherit: target, drafter, settings and jobs
+
+
+def _generate(job: int) -> tuple[list[int], Rounds]:
+    """The `job`-th rollout of `measure_acceptance` -> (tokens, rounds)."""
+    target, drafter, gamma, new_tokens, temperature, eos, jobs = _WORK
+    _, prompt, seed = jobs[job]  # (domain number, prompt ids, seed)
+    generator = device_generator(seed, model_device(target))
+    out = speculative_generate(target, drafter, prompt, new_tokens, gamma, temperature, generator, eos)
+    return out.tokens.tolist(), out.rounds
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
                        samples: int = 1, temperature: float = 1.0, seed: int = 0,
                        domains: Sequence[str] | None = None, desc: str = "acceptance",
-                       keep_record: bool = False) -> dict[str, DomainAcceptance]:
+                       keep_record: bool = False, workers: int | None = None) -> dict[str, DomainAcceptance]:
     """Speculative generation, `samples` times each, on the first `n_prompts` held-out prompts
     of each domain; returns {domain: DomainAcceptance}, with the record of every round if
-    `keep_record` (what calibration is fitted on). Seeded: the same call gives the same
-    numbers. `domains` default: all of the corpus's."""
+    `keep_record` (what calibration is fitted on). Seeded, one generator per rollout
+    (`rollout_seed`): the same call gives the same numbers, with any number of `workers`
+    (None: `rollout_workers`; more than one forks single-thread processes). `domains` default:
+    all of the corpus's."""
+    global _WORK
     from . import corpus
 
     domains = corpus.DOMAINS if domains is None else domains
     if min(n_prompts, new_tokens, gamma, samples) < 1:
         raise ValueError(f"need n_prompts, new_tokens, gamma and samples >= 1, got {n_prompts}, {new_tokens}, "
                          f"{gamma}, {samples}")
-    generator = device_generator(seed, model_device(world.target))
-    eos = world.tokenizer.eos_token_id
-    prompts = {domain: world.eval_prompts(domain)[:n_prompts] * samples for domain in domains}
-    bar = progress(total=sum(len(p) for p in prompts.values()), desc=desc)
-    report = {}
-    for domain in domains:
-        bar.set_postfix_str(domain)
-        rollouts = []
-        for prompt in prompts[domain]:
-            rollouts.append(speculative_generate(world.target, drafter, world.encode_prompt(prompt), new_tokens, gamma,
-                                                 temperature, generator, eos))
+    workers = rollout_workers(model_device(world.target)) if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"need workers >= 1, got {workers}")
+    jobs = [(d, world.encode_prompt(prompt), rollout_seed(seed, d, i))
+            for d, domain in enumerate(domains)
+            for i, prompt in enumerate(world.eval_prompts(domain)[:n_prompts] * samples)]
+    _WORK = (world.target, drafter, gamma, new_tokens, temperature, world.tokenizer.eos_token_id, jobs)
+    done: list[list] = [[] for _ in domains]
+    bar, pool = progress(total=len(jobs), desc=desc), None
+    try:
+        if workers > 1 and len(jobs) > 1:
+            pool = multiprocessing.get_context("fork").Pool(min(workers, len(jobs)), initializer=_one_thread)
+        order = range(len(jobs))
+        results = map(_generate, order) if pool is None else pool.imap(_generate, order, chunksize=2)
+        for (d, _, _), (tokens, rounds) in zip(jobs, results):
+            done[d].append(Rollout(torch.tensor(tokens, dtype=torch.long), rounds))
             bar.update()
-        report[domain] = summarize_rollouts(domain, rollouts, gamma, keep_record)
-    bar.close()
-    return report
+    finally:
+        _WORK = None
+        if pool is not None:
+            pool.terminate()
+        bar.close()
+    return {domain: summarize_rollouts(domain, done[d], gamma, keep_record) for d, domain in enumerate(domains)}

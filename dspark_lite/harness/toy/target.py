@@ -111,7 +111,7 @@ def train_causal_lm(
             order, cursor = torch.randperm(len(train_rows), generator=generator), 0
         batch = train_rows[order[cursor : cursor + cfg.batch_size]].to(device)
         cursor += cfg.batch_size
-        with fast_autocast(device):
+        with fast_autocast(device, wide=True):  # [batch_size * seq_len, H] rows: bf16 pays on more CPUs
             try:
                 logits = forward(input_ids=batch[:, :-1]).logits
             except Exception as error:  # torch.compile needs a C++ toolchain; without one, train eagerly
