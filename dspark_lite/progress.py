@@ -6,12 +6,19 @@ A chapter cell shows one bar: the outermost. Every long loop of the package goes
 transient (`leave=False`: it shows while it runs and is gone when it ends), so a cell that
 wraps several long calls in a bar of its own keeps only that one, with its rate and time, in
 the rendered page.
+
+In a worker process (the toy world's harness forks some to use every core), `RELAY` is set:
+`progress` then draws no bar, and the worker's outermost loop adds its steps to that shared
+counter, which the parent's one bar shows.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from tqdm.auto import tqdm
+
+
+RELAY: Any = None  # in a worker process: a shared counter (`multiprocessing.Value`) for the parent's bar
 
 
 class Bar(tqdm):
@@ -33,8 +40,51 @@ class Bar(tqdm):
         super().close()
 
 
-def progress(iterable: Any = None, **kwargs: Any) -> Bar:
+class Relay:
+    """What `progress` returns in a worker process: no bar; each step of the worker's outermost
+    loop adds one to `RELAY` (loops inside it add nothing)."""
+
+    open = 0  # relays open in this process
+
+    def __init__(self, iterable: Any = None, **kwargs: Any) -> None:
+        self.iterable, self.outer, self.closed = iterable, Relay.open == 0, False
+        Relay.open += 1
+
+    def __iter__(self):
+        try:
+            for item in self.iterable:
+                yield item
+                self.update()
+        finally:
+            self.close()
+
+    def update(self, n: int = 1) -> None:
+        if self.outer:
+            with RELAY.get_lock():
+                RELAY.value += n
+
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to show in a worker."""
+
+    set_postfix_str = set_description = set_postfix
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            Relay.open -= 1
+
+    def __enter__(self) -> "Relay":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def progress(iterable: Any = None, **kwargs: Any) -> Bar | Relay:
     """A bar over `iterable` (tqdm's arguments): kept in the output when no other bar is showing,
-    transient (`leave=False`) inside another one, unless `leave` is given."""
+    transient (`leave=False`) inside another one, unless `leave` is given; in a worker process, a
+    `Relay` to the parent's bar."""
+    if RELAY is not None:
+        return Relay(iterable, **kwargs)
     kwargs.setdefault("leave", Bar.showing == 0)
     return Bar(iterable, **kwargs)

@@ -340,3 +340,37 @@ def test_rollouts_in_worker_processes_give_the_numbers_of_one_process(tmp_path: 
     assert any(other_seed[d].per_generation != runs[0][d].per_generation for d in runs[0])
     with pytest.raises(ValueError, match="workers >= 1"):
         evaluation.measure_acceptance(world, drafter, 3, 2, 12, workers=0)
+
+
+def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two kinds trained in two forked single-thread processes end with the weights and curves they
+    get side by side in one single-thread loop (each trains exactly as it would alone), both are
+    cached, and the parent's one bar counted every step of both."""
+    from dspark_lite import progress as bars
+    from dspark_lite.harness.toy import evaluation, zoo
+
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / "shared"))
+    world = load_toy_world("smoke", seed=0)
+    recipe = replace(world.profile.drafter, dspark_steps=world.profile.drafter.steps)  # one group of two kinds
+    runs, shown = {}, []
+    monkeypatch.setattr(zoo, "progress", lambda *args, **kwargs: shown.append(bars.progress(*args, **kwargs)) or shown[-1])
+    for workers in (1, 2):
+        monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / f"workers{workers}"))
+        monkeypatch.setattr(evaluation, "worker_processes", lambda device, w=workers: w)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as the workers do: a thread count changes float rounding, not the run
+        try:
+            runs[workers] = zoo.load_or_train_drafters(world, ["dflash", "dspark-markov"], recipe)
+        finally:
+            torch.set_num_threads(threads)
+        assert all(cache.contains(*zoo._drafter_entry(world, kind, recipe, 0)) for kind in runs[workers])
+        assert bars.RELAY is None and zoo._TRAINING is None  # nothing of the workers' state is left here
+    steps = zoo.training_steps("dflash", recipe)
+    assert steps == zoo.training_steps("dspark-markov", recipe)
+    assert len(shown) == 1 and shown[0].total == shown[0].n == 2 * steps  # the workers' bar: every step of both
+    for kind in ("dflash", "dspark-markov"):
+        (one, one_history), (two, two_history) = runs[1][kind], runs[2][kind]
+        assert one_history.loss == two_history.loss, kind
+        for name, value in one.state_dict().items():
+            assert torch.equal(value, two.state_dict()[name]), (kind, name)

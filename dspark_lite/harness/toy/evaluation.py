@@ -70,8 +70,8 @@ def rollout_seed(seed: int, domain: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, domain, index]).generate_state(1)[0])
 
 
-def rollout_workers(device: torch.device) -> int:
-    """How many processes generate rollouts side by side: one per CPU core on Linux, one on a GPU
+def worker_processes(device: torch.device) -> int:
+    """How many processes generate rollouts (or train drafters, `zoo`) side by side: one per CPU core on Linux, one on a GPU
     or where processes cannot fork. A toy rollout is a long chain of small ops that a second
     thread barely speeds up (measured on 2 cores: six rollouts in 0.71 s on one thread, 0.68 s on
     two), so two single-thread
@@ -105,7 +105,7 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
     of each domain; returns {domain: DomainAcceptance}, with the record of every round if
     `keep_record` (what calibration is fitted on). Seeded, one generator per rollout
     (`rollout_seed`): the same call gives the same numbers, with any number of `workers`
-    (None: `rollout_workers`; more than one forks single-thread processes). `domains` default:
+    (None: `worker_processes`; more than one forks single-thread processes). `domains` default:
     all of the corpus's."""
     global _WORK
     from . import corpus
@@ -114,7 +114,7 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
     if min(n_prompts, new_tokens, gamma, samples) < 1:
         raise ValueError(f"need n_prompts, new_tokens, gamma and samples >= 1, got {n_prompts}, {new_tokens}, "
                          f"{gamma}, {samples}")
-    workers = rollout_workers(model_device(world.target)) if workers is None else workers
+    workers = worker_processes(model_device(world.target)) if workers is None else workers
     if workers < 1:
         raise ValueError(f"need workers >= 1, got {workers}")
     jobs = [(d, world.encode_prompt(prompt), rollout_seed(seed, d, i))
