@@ -71,11 +71,10 @@ def rollout_seed(seed: int, domain: int, index: int) -> int:
 
 
 def worker_processes(device: torch.device) -> int:
-    """How many processes generate rollouts (or train drafters, `zoo`) side by side: one per CPU core on Linux, one on a GPU
-    or where processes cannot fork. A toy rollout is a long chain of small ops that a second
-    thread barely speeds up (measured on 2 cores: six rollouts in 0.71 s on one thread, 0.68 s on
-    two), so two single-thread
-    processes on two cores generate about twice as many."""
+    """How many processes generate rollouts (or train drafters, `zoo`) side by side: one per CPU
+    core on Linux; one on a GPU or where processes cannot fork. A toy rollout is a long chain of
+    small ops that a second thread barely speeds up (measured on 2 cores: six rollouts in 0.71 s
+    on one thread, 0.68 s on two), so two single-thread processes generate about 1.7 times as many."""
     if device.type != "cpu" or sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     return len(os.sched_getaffinity(0))

@@ -285,7 +285,7 @@ _FULL = Profile(
     cost_repeats=15,
     spec_prompts=8,
     spec_new_tokens=96,
-    race_repeats=9,
+    race_repeats=5,
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
         block_size=7, target_layer_ids=(1, 3), dflash_layers=2, eagle_layers=1,
@@ -297,7 +297,7 @@ _FULL = Profile(
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(
-        ablation_steps=2000, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
+        ablation_steps=1200, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=12, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),

@@ -186,10 +186,11 @@ def _train_in_worker(kind: str) -> None:
 def _train_in_processes(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe, seed: int,
                         entries: dict[str, tuple[str, dict]], steps: int, workers: int) -> None:
     """Train each of `kinds` alone in its own forked single-thread process (at most `workers` at a
-    time), which caches it; one bar here counts all their steps. A drafter's small step gains
-    little from a second thread (measured on 2 cores: DSpark-Markov 70 ms a step on two threads,
-    110 on one), so two processes train a pair faster than one loop trains both. An interrupted
-    run leaves each drafter's checkpoint in its own work folder, and the next resumes from it."""
+    time), which caches it; one bar here counts all their steps. A second thread speeds a drafter's
+    small step up far less than twofold (measured on 2 cores: DSpark-Markov 70 ms a step on two
+    threads, 110 on one), so two processes train a pair faster than one loop on two threads
+    (DSpark-Markov and DSpark-RNN, 600 steps: 72 s against 102 s). An interrupted run leaves each
+    drafter's checkpoint in its own work folder, and the next resumes from it."""
     global _TRAINING
     training_replies(world, recipe)  # cached before the fork, so that no worker builds it
     context = multiprocessing.get_context("fork")
