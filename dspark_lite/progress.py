@@ -73,10 +73,10 @@ class Relay:
             self.closed = True
             Relay.open -= 1
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Relay:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

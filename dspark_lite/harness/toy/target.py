@@ -104,7 +104,8 @@ def train_causal_lm(
         print(f"{desc}: resuming from the checkpoint at step {done} of {cfg.steps} ({checkpoint.path})")
     start = time.perf_counter() - history.seconds
     model.train()
-    forward = torch.compile(model) if cfg.compile else model
+    body = model.base_model  # the decoder; the LM head runs after it, in float32
+    forward = torch.compile(body) if cfg.compile else body
     bar = progress(range(done + 1, cfg.steps + 1), desc=desc, initial=done, total=cfg.steps)
     for step in bar:
         if cursor + cfg.batch_size > len(order):
@@ -113,14 +114,16 @@ def train_causal_lm(
         cursor += cfg.batch_size
         with fast_autocast(device, wide=True):  # [batch_size * seq_len, H] rows: bf16 pays on more CPUs
             try:
-                logits = forward(input_ids=batch[:, :-1]).logits
+                hidden = forward(input_ids=batch[:, :-1]).last_hidden_state
             except Exception as error:  # torch.compile needs a C++ toolchain; without one, train eagerly
-                if forward is model:
+                if forward is body:
                     raise
                 warnings.warn(f"{desc}: torch.compile failed ({type(error).__name__}: {error}); training without it")
-                forward = model
-                logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+                forward = body
+                hidden = body(input_ids=batch[:, :-1]).last_hidden_state
+        # logits [B, T, V] in float32 even under autocast: bf16 logits of size ~20 round by ~0.1
+        logits = model.get_output_embeddings()(hidden.float())
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
         optimizer_step(loss, opt, sched, model.parameters())
         history.train_loss.append(loss.item())
         if step % eval_every == 0 or step == cfg.steps:
