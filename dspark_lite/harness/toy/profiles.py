@@ -297,15 +297,15 @@ _FULL = Profile(
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(
-        ablation_steps=1200, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
+        ablation_steps=1600, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
         deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
-        race_prompts=12, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
+        race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=3, frozen_head_steps=300, resplits=8,
                                calibration_fraction=0.5, thresholds=tuple(round(0.1 * i, 1) for i in range(10))),
     serving=ServingStudy(
-        profile_points=8, profile_context=128, profile_repeats=25,
-        concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sim_steps=300, real_concurrencies=(1, 4, 16), real_repeats=20,
+        profile_points=8, profile_context=128, profile_repeats=15,
+        concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sim_steps=300, real_concurrencies=(1, 4, 16), real_repeats=12,
         appendix_a_trials=200_000, check_instances=400, sim_replays=4, ranking_tie=0.10,
     ),
     gpu=GpuStudy(
