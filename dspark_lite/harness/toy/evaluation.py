@@ -6,6 +6,7 @@ drafting with gamma tokens per round, temperature 1.0 for target and drafter ali
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import os
 import sys
 from dataclasses import dataclass, field, fields
@@ -92,8 +93,10 @@ def _generate(job: int) -> tuple[list[int], Rounds]:
     return out.tokens.tolist(), out.rounds
 
 
-def _one_thread() -> None:
-    torch.set_num_threads(1)
+def fork_pool(processes: int) -> multiprocessing.pool.Pool:
+    """A pool of `processes` forked single-thread workers (see `worker_processes`); forked, they
+    inherit the models and settings the caller put in a module global, without pickling them."""
+    return multiprocessing.get_context("fork").Pool(processes, initializer=torch.set_num_threads, initargs=(1,))
 
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
@@ -124,7 +127,7 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
     bar, pool = progress(total=len(jobs), desc=desc), None
     try:
         if workers > 1 and len(jobs) > 1:
-            pool = multiprocessing.get_context("fork").Pool(min(workers, len(jobs)), initializer=_one_thread)
+            pool = fork_pool(min(workers, len(jobs)))
         order = range(len(jobs))
         results = map(_generate, order) if pool is None else pool.imap(_generate, order, chunksize=2)
         for (d, _, _), (tokens, rounds) in zip(jobs, results):

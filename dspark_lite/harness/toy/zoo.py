@@ -177,7 +177,6 @@ def _train_in_worker(kind: str) -> None:
     """In a forked worker: train `kind` alone on one thread and cache it; its steps go to the
     parent's bar through the shared counter."""
     world, recipe, seed, entries, counter = _TRAINING
-    torch.set_num_threads(1)
     bars.RELAY = counter
     name, config = entries[kind]
     cache.load_or_build(name, config, _build_alone(world, kind, recipe, seed), lambda folder: None)
@@ -193,12 +192,11 @@ def _train_in_processes(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     drafter's checkpoint in its own work folder, and the next resumes from it."""
     global _TRAINING
     training_replies(world, recipe)  # cached before the fork, so that no worker builds it
-    context = multiprocessing.get_context("fork")
-    counter = context.Value("q", 0)
+    counter = multiprocessing.get_context("fork").Value("q", 0)
     _TRAINING = (world, recipe, seed, entries, counter)
     bar = progress(total=steps * len(kinds), desc=f"train {' + '.join(kinds)} ({min(workers, len(kinds))} processes)")
     try:
-        with context.Pool(min(workers, len(kinds))) as pool:
+        with evaluation.fork_pool(min(workers, len(kinds))) as pool:
             pending = [pool.apply_async(_train_in_worker, (kind,)) for kind in kinds]
             while not all(job.ready() for job in pending):
                 time.sleep(0.5)
