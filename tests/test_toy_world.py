@@ -357,7 +357,7 @@ def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_pa
     monkeypatch.setattr(zoo, "progress", lambda *args, **kwargs: shown.append(bars.progress(*args, **kwargs)) or shown[-1])
     for workers in (1, 2):
         monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / f"workers{workers}"))
-        monkeypatch.setattr(evaluation, "worker_processes", lambda device, w=workers: w)
+        monkeypatch.setattr(zoo, "worker_processes", lambda device, w=workers: w)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as the workers do: a thread count changes float rounding, not the run
         try:
@@ -374,18 +374,3 @@ def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_pa
         assert one_history.loss == two_history.loss, kind
         for name, value in one.state_dict().items():
             assert torch.equal(value, two.state_dict()[name]), (kind, name)
-
-
-def test_worker_processes_only_fork_on_a_linux_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One process per core on a Linux CPU; one on a GPU (or any other device) and where the
-    platform does not fork (macOS's default is spawn, Windows has no fork)."""
-    from dspark_lite.harness.toy import evaluation
-
-    monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
-    monkeypatch.setattr(evaluation.sys, "platform", "linux")
-    assert evaluation.worker_processes(torch.device("cpu")) == 3
-    assert evaluation.worker_processes(torch.device("meta")) == 1
-    assert evaluation.worker_processes(torch.device("cuda", 0)) == 1
-    for platform in ("darwin", "win32"):
-        monkeypatch.setattr(evaluation.sys, "platform", platform)
-        assert evaluation.worker_processes(torch.device("cpu")) == 1

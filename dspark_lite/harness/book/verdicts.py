@@ -108,6 +108,17 @@ def macro_gain(a: Mapping[str, Sequence[Sequence[float]]], b: Mapping[str, Seque
     return _interval(float(estimate), 100 * (macro_a / macro_b - 1))
 
 
+def mean_interval(values: Sequence[float], seed: int = 0) -> Interval:
+    """The mean of per-unit values (one per reply, say) with a bootstrap over the units; NaNs
+    (units without a value) are left out. For a paired comparison pass the per-unit differences."""
+    array = np.asarray(values, dtype=float)
+    array = array[~np.isnan(array)]
+    if array.ndim != 1 or len(array) < 2:
+        raise ValueError(f"need at least two values for an interval, got {len(array)}")
+    index = np.random.default_rng(seed).integers(0, len(array), size=(RESAMPLES, len(array)))
+    return _interval(float(array.mean()), array[index].mean(axis=1))
+
+
 TIE = "tied with (within noise)"
 
 

@@ -5,10 +5,6 @@ drafting with gamma tokens per round, temperature 1.0 for target and drafter ali
 """
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.pool
-import os
-import sys
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Sequence
 
@@ -18,7 +14,10 @@ import torch
 from ...progress import progress
 from ...runtime import device_generator, model_device
 from ...record import Rounds, conditional_acceptance, prefix_survival, tau
+from ...hidden_drafter import AnchorBatch
 from ...speculative import Drafter, Rollout, speculative_generate
+from ...training import TargetViews, TrainingSequences, block_targets, total_variation
+from .workers import fork_map, worker_processes
 
 if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path
     from .world import ToyWorld
@@ -71,16 +70,6 @@ def rollout_seed(seed: int, domain: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, domain, index]).generate_state(1)[0])
 
 
-def worker_processes(device: torch.device) -> int:
-    """How many processes generate rollouts (or train drafters, `zoo`) side by side: one per CPU
-    core on Linux; one on a GPU or where processes cannot fork. A toy rollout is a long chain of
-    small ops that a second thread barely speeds up (measured on 2 cores: six rollouts in 0.71 s
-    on one thread, 0.68 s on two), so two single-thread processes generate about 1.7 times as many."""
-    if device.type != "cpu" or sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    return len(os.sched_getaffinity(0))
-
-
 _WORK: tuple | None = None  # what forked rollout workers inherit: target, drafter, settings and jobs
 
 
@@ -91,12 +80,6 @@ def _generate(job: int) -> tuple[list[int], Rounds]:
     generator = device_generator(seed, model_device(target))
     out = speculative_generate(target, drafter, prompt, new_tokens, gamma, temperature, generator, eos)
     return out.tokens.tolist(), out.rounds
-
-
-def fork_pool(processes: int) -> multiprocessing.pool.Pool:
-    """A pool of `processes` forked single-thread workers (see `worker_processes`); forked, they
-    inherit the models and settings the caller put in a module global, without pickling them."""
-    return multiprocessing.get_context("fork").Pool(processes, initializer=torch.set_num_threads, initargs=(1,))
 
 
 def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts: int, new_tokens: int,
@@ -124,18 +107,49 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
             for i, prompt in enumerate(world.eval_prompts(domain)[:n_prompts] * samples)]
     _WORK = (world.target, drafter, gamma, new_tokens, temperature, world.tokenizer.eos_token_id, jobs)
     done: list[list] = [[] for _ in domains]
-    bar, pool = progress(total=len(jobs), desc=desc), None
+    bar = progress(total=len(jobs), desc=desc)
+    labels = [f"{domain} prompt {i % n}, sample {i // n}" for domain in domains
+              for n in [len(world.eval_prompts(domain)[:n_prompts])] for i in range(n * samples)]
+    describe = lambda job: f"rollout {job} ({labels[job]}) of {type(drafter).__name__}"
     try:
-        if workers > 1 and len(jobs) > 1:
-            pool = fork_pool(min(workers, len(jobs)))
         order = range(len(jobs))
-        results = map(_generate, order) if pool is None else pool.imap(_generate, order, chunksize=2)
+        results = (map(_generate, order) if workers == 1 or len(jobs) < 2
+                   else fork_map(_generate, len(jobs), workers, describe))
         for (d, _, _), (tokens, rounds) in zip(jobs, results):
             done[d].append(Rollout(torch.tensor(tokens, dtype=torch.long), rounds))
             bar.update()
     finally:
         _WORK = None
-        if pool is not None:
-            pool.terminate()
         bar.close()
     return {domain: summarize_rollouts(domain, done[d], gamma, keep_record) for d, domain in enumerate(domains)}
+
+
+@torch.no_grad()
+def slot_acceptance(drafter: Drafter, target: torch.nn.Module, replies: TrainingSequences,
+                    batch_size: int = 8) -> np.ndarray:
+    """Per-slot acceptance on the target's own continuations: for every reply and slot k, the mean
+    of 1 - TV(p_d,k, p_t,k) over blocks anchored at every position of the reply, with the true
+    tokens before slot k (teacher-forced) and the target's distribution given that true prefix.
+    Returns [replies, gamma]; NaN where a reply has no block whose slot k exists.
+
+    This is where suffix decay lives: no block is dropped because an earlier slot was
+    rejected, unlike the conditional acceptance of decoding, which averages slot k over the
+    rounds that survived slots 1..k-1 only."""
+    layer_ids = getattr(drafter, "target_layer_ids", None)
+    views = TargetViews(target, replies, layer_ids)
+    gamma, device, out = drafter.block_size, model_device(drafter), []
+    for first in range(0, len(replies), batch_size):
+        indices = range(first, min(first + batch_size, len(replies)))
+        input_ids, lengths, prompt_lengths = replies.batch(indices)
+        logits, hidden = views.batch(indices)
+        n_anchors = lengths - prompt_lengths  # the trainer's anchors: last prompt token .. length - 2
+        offsets = torch.arange(int(n_anchors.max()))
+        anchors = (prompt_lengths[:, None] - 1 + offsets).minimum(lengths[:, None] - 2)  # [B, A]
+        batch = AnchorBatch(input_ids.to(device), None if hidden is None else hidden.to(device), anchors.to(device))
+        output = drafter.train_logits(batch)
+        draft_logits = output if isinstance(output, torch.Tensor) else output.logits  # [B, A, gamma, V]
+        targets = block_targets(input_ids, logits.to(device), anchors, lengths, gamma)
+        mask = targets.mask & (offsets < n_anchors[:, None]).to(device)[..., None]  # [B, A, gamma]
+        accept = (1 - total_variation(draft_logits, targets.probs)) * mask
+        out.append((accept.sum(1) / mask.sum(1)).cpu().numpy())  # [B, gamma]; 0/0 -> NaN
+    return np.concatenate(out)

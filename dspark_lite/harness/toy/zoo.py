@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,6 +28,7 @@ from ...progress import progress
 from ...runtime import device_generator, model_device
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
 from ...training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
+from .workers import fork_map, worker_processes
 from .world import ToyWorld
 
 WEIGHTS, HISTORY = "drafter.safetensors", "history.json"
@@ -121,6 +121,25 @@ def training_replies(world: ToyWorld, recipe: DrafterRecipe | None = None, seed:
     return cache.load_or_build("replies", config, build, lambda folder: TrainingSequences.load(folder / "replies.pt"))
 
 
+def heldout_replies(world: ToyWorld, domain: str, recipe: DrafterRecipe | None = None, seed: int = 0
+                    ) -> TrainingSequences:
+    """The target's own replies (temperature 1) to the held-out evaluation prompts of `domain`, one
+    each, of up to `eval_new_tokens` tokens (cached): what per-slot acceptance is measured on
+    (`evaluation.slot_acceptance`). No drafter trains on them."""
+    recipe = recipe or world.profile.drafter
+    config = {**_world_config(world), "domain": domain, "prompts": recipe.eval_prompts,
+              "tokens": recipe.eval_new_tokens, "seed": seed}
+
+    def build(folder: Path) -> None:
+        generator = device_generator(seed, model_device(world.target))
+        replies.generate_training_sequences(
+            world.target, world.tokenizer, world.eval_prompts(domain)[: recipe.eval_prompts], recipe.eval_new_tokens,
+            temperature=1.0, generator=generator, batch_size=64, desc=f"held-out {domain} replies",
+        ).save(folder / "replies.pt")
+
+    return cache.load_or_build("heldout-replies", config, build, lambda folder: TrainingSequences.load(folder / "replies.pt"))
+
+
 def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | None = None,
                           seed: int = 0) -> tuple[nn.Module, DrafterTrainHistory]:
     """The trained drafter of `kind` (a key of BUILDERS) for this world and recipe, with its
@@ -140,7 +159,7 @@ def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: Drafte
     missing = [kind for kind, entry in entries.items() if not cache.contains(*entry)]
     trained: dict[str, tuple[nn.Module, DrafterTrainHistory]] = {}
     groups = sorted({training_steps(kind, recipe) for kind in missing})
-    workers = evaluation.worker_processes(model_device(world.target))
+    workers = worker_processes(model_device(world.target))
     for steps in (progress(groups, desc=f"train {' + '.join(missing)}") if len(groups) > 1 else groups):
         kinds_now = [kind for kind in missing if training_steps(kind, recipe) == steps]
         if workers > 1 and len(kinds_now) > 1:
@@ -173,10 +192,11 @@ def _build_alone(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -
 _TRAINING: tuple | None = None  # what forked training workers inherit: world, recipe, seed, entries, step counter
 
 
-def _train_in_worker(kind: str) -> None:
-    """In a forked worker: train `kind` alone on one thread and cache it; its steps go to the
-    parent's bar through the shared counter."""
-    world, recipe, seed, entries, counter = _TRAINING
+def _train_in_worker(job: int) -> None:
+    """In a forked worker: train the `job`-th kind alone on one thread and cache it; its steps go
+    to the parent's bar through the shared counter."""
+    world, recipe, seed, entries, counter, kinds = _TRAINING
+    kind = kinds[job]
     bars.RELAY = counter
     name, config = entries[kind]
     cache.load_or_build(name, config, _build_alone(world, kind, recipe, seed), lambda folder: None)
@@ -193,16 +213,13 @@ def _train_in_processes(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     global _TRAINING
     training_replies(world, recipe)  # cached before the fork, so that no worker builds it
     counter = multiprocessing.get_context("fork").Value("q", 0)
-    _TRAINING = (world, recipe, seed, entries, counter)
+    _TRAINING = (world, recipe, seed, entries, counter, list(kinds))
     bar = progress(total=steps * len(kinds), desc=f"train {' + '.join(kinds)} ({min(workers, len(kinds))} processes)")
     try:
-        with evaluation.fork_pool(min(workers, len(kinds))) as pool:
-            pending = [pool.apply_async(_train_in_worker, (kind,)) for kind in kinds]
-            while not all(job.ready() for job in pending):
-                time.sleep(0.5)
-                bar.update(counter.value - bar.n)
-            for job in pending:
-                job.get()  # a worker's error is raised here
+        jobs = fork_map(_train_in_worker, len(kinds), workers, lambda job: f"training drafter {kinds[job]}",
+                        on_wait=lambda: bar.update(counter.value - bar.n))
+        for _ in jobs:  # a worker's error is raised here
+            pass
         bar.update(counter.value - bar.n)
     finally:
         _TRAINING = None
