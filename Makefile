@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test venv vendor chromium clean
+.PHONY: book test venv vendor chromium clean gpu-wheels
 
 $(STAMP): requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
@@ -51,6 +51,22 @@ $(TF_OLD)/.installed: tests/requirements-transformers-5.10.txt $(STAMP)
 
 test: venv vendor chromium $(TF_OLD)/.installed
 	$(PY) -m pytest tests --durations=12
+
+# Wheels for the borrowed GPU machine (DEVELOPERS.md): ci/gpu_wheels.txt as Python 3.12 manylinux x86-64
+# wheels in .gpu-wheels/ (git-ignored), which a device call carries; ci/gpu_check.py installs them there
+# with no index. pip prefers the platforms in the order given: the oldest glibc first. The folder is
+# rebuilt whole when the list changes, then held to the list and to what one device call carries.
+GPU_WHEELS := .gpu-wheels
+GPU_PLATFORMS := manylinux2014_x86_64 $(foreach n,17 24 26 27 28 31 34 35,manylinux_$(n:%=2_%)_x86_64)
+$(GPU_WHEELS)/.built: ci/gpu_wheels.txt
+	rm -rf $(GPU_WHEELS) $(GPU_WHEELS).partial
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+	  $(addprefix --platform ,$(GPU_PLATFORMS)) -r ci/gpu_wheels.txt -d $(GPU_WHEELS).partial
+	python3 ci/gpu_check.py --check-wheels $(GPU_WHEELS).partial
+	mv $(GPU_WHEELS).partial $(GPU_WHEELS)
+	touch $@
+
+gpu-wheels: $(GPU_WHEELS)/.built
 
 clean:
 	rm -rf _build

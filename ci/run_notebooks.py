@@ -2,12 +2,14 @@
 
     python ci/run_notebooks.py --profile full --out _build/executed --results _build/results
     python ci/run_notebooks.py --profile smoke --out /tmp/x --only 01_toy_world
+    python ci/run_notebooks.py --profile smoke --device cuda --out /tmp/x    (ci/gpu_check.py does this)
 
 Each notebook gets `PROFILE` injected after its `parameters` cell (papermill's parameterisation;
-DEVICE and SEED keep the notebook's defaults) and runs with nbclient in a `python3` kernel whose
-working directory is `chapters/`, with the hub offline and `DSPARK_RESULTS` pointing at
-`--results`. In that kernel, progress bars print as text lines (rate and ETA), which the
-executed notebook keeps and this runner echoes (`ci/kernel_setup.py`).
+`DEVICE` too when `--device` is given; otherwise DEVICE and SEED keep the notebook's defaults)
+and runs with nbclient in a `python3` kernel whose working directory is `chapters/`, with the
+hub offline and `DSPARK_RESULTS` pointing at `--results`. In that kernel, progress bars print as
+text lines (rate and ETA), which the executed notebook keeps and this runner echoes
+(`ci/kernel_setup.py`).
 
 No limit kills progress: a cell is stopped only when it has printed nothing for `--stall`
 seconds (default 900 full, 300 smoke); a training that is advancing prints every few seconds.
@@ -37,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
 from ci.toc import REPO, toc_notebooks
 
 KERNEL = "python3"
+DEVICE_NAME = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")  # what `dspark_lite.runtime.resolve_device` takes
 DEFAULT_STALL = {"full": 900, "smoke": 300}
 STATUS = "status.json"
 KERNEL_SETUP = Path(__file__).resolve().parent / "kernel_setup.py"
@@ -136,9 +139,30 @@ def _watched_client(nb, name: str, stall: float, echo_every: float, **kwargs):
     return client, watch
 
 
+def check_device(device: str) -> str:
+    """`device` if it names a device the chapters' DEVICE parameter takes (auto, cpu, mps, cuda,
+    cuda:N); else ValueError saying what was expected."""
+    if not isinstance(device, str) or not DEVICE_NAME.match(device):
+        raise ValueError(f"device must be auto, cpu, mps, cuda or cuda:N, got {device!r}")
+    return device
+
+
+def parameterized(src: Path, profile: str, device: str | None = None):
+    """The notebook at `src` with `PROFILE = profile` (and `DEVICE = device` unless None) injected
+    after its `parameters` cell, as papermill does; other parameters keep the notebook's values."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    parameters: dict[str, str] = {"PROFILE": profile}
+    if device is not None:
+        parameters["DEVICE"] = check_device(device)
+    return parameterize_notebook(load_notebook_node(str(src)), parameters, kernel_name=KERNEL, language="python")
+
+
 def run_notebook(src: Path, dst: Path, profile: str, results_dir: Path, timeout: int | None = None,
-                 stall: float | None = None, echo_every: float = 30.0) -> float:
-    """Execute `src` into `dst` with `PROFILE=profile`; return the wall time in seconds.
+                 stall: float | None = None, echo_every: float = 30.0, device: str | None = None) -> float:
+    """Execute `src` into `dst` with `PROFILE=profile` (and `DEVICE=device` unless None); return
+    the wall time in seconds.
 
     A cell is stopped when it prints nothing for `stall` seconds (default: `DEFAULT_STALL`);
     `timeout`, if given, also bounds each cell's run time. Raises `NotebookFailed` with the
@@ -146,8 +170,6 @@ def run_notebook(src: Path, dst: Path, profile: str, results_dir: Path, timeout:
     """
     import nbformat
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-    from papermill.iorw import load_notebook_node
-    from papermill.parameterize import parameterize_notebook
 
     if profile not in DEFAULT_STALL:
         raise ValueError(f"profile must be one of {sorted(DEFAULT_STALL)}, got {profile!r}")
@@ -159,8 +181,7 @@ def run_notebook(src: Path, dst: Path, profile: str, results_dir: Path, timeout:
     dst.parent.mkdir(parents=True, exist_ok=True)
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    nb = parameterize_notebook(load_notebook_node(str(src)), {"PROFILE": profile}, kernel_name=KERNEL,
-                               language="python")
+    nb = parameterized(src, profile, device)
     client, watch = _watched_client(
         nb, src.stem, stall, echo_every, kernel_name=KERNEL, timeout=timeout, coalesce_streams=True,
         resources={"metadata": {"path": str(REPO / "chapters")}},
@@ -229,6 +250,13 @@ def _fmt(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.1f} s"
 
 
+def _device_arg(text: str) -> str:
+    try:
+        return check_device(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: execute the selected notebooks, print a wall-time table, exit 1 if any failed."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -239,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks")
     ap.add_argument("--stall", type=float, help="seconds a cell may print nothing (default 900 full, 300 smoke)")
     ap.add_argument("--timeout", type=int, help="seconds a cell may run at all (default: no limit)")
+    ap.add_argument("--device", type=_device_arg,
+                    help="inject DEVICE (auto, cpu, cuda, cuda:N) beside PROFILE (default: the notebook's own DEVICE)")
     args = ap.parse_args(argv)
     selected = _select(args.only)
     status = read_status(args.out) if args.only else {}
@@ -248,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "chapters" / rel.name).unlink(missing_ok=True)
         status[rel.stem] = {"status": "not run",
                             "rerun": f"python ci/run_notebooks.py --profile {args.profile} --out {args.out} "
-                                     f"--only {rel.stem}"}
+                                     + (f"--device {args.device} " if args.device else "") + f"--only {rel.stem}"}
     _write_status(args.out, status)
 
     build_start = time.perf_counter()
@@ -258,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             seconds = run_notebook(REPO / rel, args.out / "chapters" / rel.name, args.profile, args.results,
-                                   args.timeout, args.stall)
+                                   args.timeout, args.stall, device=args.device)
             status[rel.stem].update(status="ok", seconds=seconds)
             print(f"    ok in {_fmt(seconds)}", flush=True)
         except NotebookFailed as e:

@@ -36,6 +36,18 @@ def test_paper_shares_are_about_4_and_14_percent() -> None:
     assert regime.paper_layers_above_read() == 2
 
 
+def test_the_head_row_counts_the_head_against_its_backbone() -> None:
+    """Paper: 2 x 151,936 x 256 over the five-layer backbone, about 14.5% (PAPER_FACTS: about 14%);
+    ours: the head's own weights over the backbone's, inside the line only when light."""
+    assert regime.paper_head_share() == pytest.approx(2 * 151936 * 256 / 537_000_000, rel=0.02)
+    target = tiny_qwen3()
+    backbone = nn.Linear(100, 100, bias=False)  # 10,000 weights
+    for head, share, inside in ((nn.Embedding(50, 10), "5.0%", True), (nn.Embedding(50, 60), "30.0%", False)):
+        rows = regime.regime_rows(target, {}, (1,), {}, CorpusKnobs(), head=(head, backbone))
+        row = next(r for r in rows if r["property"].startswith("DSpark's Markov head"))
+        assert (row["toy world"], row["inside"]) == (share, inside)
+
+
 def test_layers_above_read() -> None:
     assert regime.layers_above_read(6, (1, 3)) == 2
     assert regime.layers_above_read(4, (0, 1, 2, 3)) == 0

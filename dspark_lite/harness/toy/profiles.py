@@ -293,7 +293,7 @@ _FULL = Profile(
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
         loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
-        collision_contexts=20, collision_samples=10, markov_rank=64, finetune_steps=500,
+        collision_contexts=20, collision_samples=10, markov_rank=8, finetune_steps=500,
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(

@@ -21,7 +21,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-QWEN3_4B = {"hidden": 2560, "intermediate": 9728, "heads": 32, "kv_heads": 8, "head_dim": 128, "layers": 36}
+QWEN3_4B = {"hidden": 2560, "intermediate": 9728, "heads": 32, "kv_heads": 8, "head_dim": 128, "layers": 36,
+            "vocab": 151936}
 """Qwen3-4B's shape (its config.json on the hub), for the paper's side of the table."""
 
 PAPER_READ_LAYERS = (1, 9, 17, 25, 33)
@@ -49,6 +50,16 @@ def paper_parameter_shares() -> dict[str, float]:
     dflash = 5 * layer + 5 * q["hidden"] ** 2 + 2 * q["hidden"]
     eagle = qwen3_layer_parameters(**shape, attention_input=2 * q["hidden"]) + q["hidden"] + 3 * q["hidden"] ** 2
     return {"EAGLE-style": eagle / target, "DFlash": dflash / target}
+
+
+def paper_head_share() -> float:
+    """DSpark's Markov head (2 x V x r, r = 256, Eq. 5) as a share of its DFlash backbone's
+    non-embedding parameters on Qwen3-4B (DeepSpec's dspark_qwen3_4b config): about 14%."""
+    q = QWEN3_4B
+    layer = qwen3_layer_parameters(hidden=q["hidden"], intermediate=q["intermediate"], heads=q["heads"],
+                                   kv_heads=q["kv_heads"], head_dim=q["head_dim"])
+    backbone = 5 * layer + 5 * q["hidden"] ** 2 + 2 * q["hidden"]
+    return 2 * q["vocab"] * 256 / backbone
 
 
 def non_embedding_parameters(model: nn.Module) -> int:
@@ -156,12 +167,14 @@ def paper_layers_above_read() -> int:
 
 
 def regime_rows(target: nn.Module, drafters: dict[str, nn.Module], layer_ids: Sequence[int],
-                dependency: dict[str, dict[str, float]], knobs) -> list[dict[str, object]]:
+                dependency: dict[str, dict[str, float]], knobs, head: tuple[nn.Module, nn.Module] | None = None
+                ) -> list[dict[str, object]]:
     """The regime table: each property measured on the toy world beside
     Qwen3-4B's value, and the line that says which side of it is the paper's.
 
     drafters: {name: an (untrained) drafter of the recipe's shape}, named as in
-    `paper_parameter_shares`; dependency: `block_dependency` per domain."""
+    `paper_parameter_shares`; dependency: `block_dependency` per domain; head: (DSpark's Markov
+    head, its DFlash backbone), for the head's share of the backbone (`paper_head_share`)."""
     target_params = non_embedding_parameters(target)
     paper = paper_parameter_shares()
     rows: list[dict[str, object]] = []
@@ -170,6 +183,11 @@ def regime_rows(target: nn.Module, drafters: dict[str, nn.Module], layer_ids: Se
         rows.append({"property": f"{name}: non-embedding parameters / target's", "toy world": f"{share:.1%}",
                      "paper (Qwen3-4B)": f"{paper[name]:.1%}" if name in paper else "-",
                      "paper's side of the line": "at most 20%", "inside": bool(share <= 0.20)})
+    if head is not None:
+        share = non_embedding_parameters(head[0]) / non_embedding_parameters(head[1])
+        rows.append({"property": "DSpark's Markov head: parameters / its DFlash backbone's", "toy world": f"{share:.1%}",
+                     "paper (Qwen3-4B)": f"{paper_head_share():.1%}", "paper's side of the line": "at most 20%",
+                     "inside": bool(share <= 0.20)})
     above = layers_above_read(target.config.num_hidden_layers, layer_ids)
     rows.append({"property": "target layers above the highest layer read (and the final norm)",
                  "toy world": f"{above} of {target.config.num_hidden_layers}",
