@@ -374,3 +374,32 @@ def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_pa
         assert one_history.loss == two_history.loss, kind
         for name, value in one.state_dict().items():
             assert torch.equal(value, two.state_dict()[name]), (kind, name)
+
+
+def test_drafters_of_several_seeds_train_at_once_and_each_is_the_one_trained_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`load_or_train_seeds` trains every (kind, seed) in worker processes and caches each under
+    its own seed: seed s is the drafter `load_or_train_drafter(..., seed=s)` finds, and two seeds
+    differ. $DSPARK_SEED picks disjoint seed sets and bad values fail before any training."""
+    from dspark_lite.harness.toy import zoo
+
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    world = load_toy_world("smoke", seed=0)
+    monkeypatch.setattr(zoo, "worker_processes", lambda device: 2)
+    monkeypatch.delenv(zoo.SEED_VAR, raising=False)
+    seeds = zoo.drafter_seeds(world.profile)
+    assert seeds == list(range(world.profile.drafter_seeds)) and len(seeds) >= 2
+    runs = zoo.load_or_train_seeds(world, ["dflash"], seeds=seeds)
+    assert list(runs) == ["dflash"] and len(runs["dflash"]) == len(seeds)
+    for seed, (drafter, history) in zip(seeds, runs["dflash"]):
+        alone, alone_history = zoo.load_or_train_drafter(world, "dflash", seed=seed)  # from the cache
+        assert alone_history.loss == history.loss
+        assert all(torch.equal(v, alone.state_dict()[k]) for k, v in drafter.state_dict().items())
+    first, second = (run[0].state_dict() for run in runs["dflash"][:2])
+    assert any(not torch.equal(first[k], second[k]) for k in first)
+    monkeypatch.setenv(zoo.SEED_VAR, "1")
+    assert set(zoo.drafter_seeds(world.profile)).isdisjoint(seeds)
+    for bad in ("-1", "one", "1.5"):
+        monkeypatch.setenv(zoo.SEED_VAR, bad)
+        with pytest.raises(ValueError, match="DSPARK_SEED"):
+            zoo.drafter_seeds(world.profile)

@@ -174,3 +174,32 @@ def test_a_sweeps_ends_are_formatted_or_not_available() -> None:
     assert verdicts.ends([0.457, 0.81, 0.957], ".1%") == ("45.7%", "95.7%")
     assert verdicts.ends([0.0, 0.5, 0.9], "g") == ("0", "0.9")
     assert verdicts.ends([], ".1%") == ("n/a", "n/a")
+
+
+def test_seeds_widen_the_interval_and_a_seed_that_disagrees_makes_a_tie() -> None:
+    """Several training seeds: the estimate is the seed mean of pooled taus, the resamples draw
+    seeds then generations, and a verdict that one seed contradicts is a tie."""
+    rng = np.random.default_rng(3)
+    base = generations(4.0, 40, rng)
+    shifted = lambda shift: [[tokens + shift * rounds, rounds] for tokens, rounds in base]  # tau up by `shift`
+    # Three seeds of a: +0.3, +0.3 and -0.2 against b; each seed on its own is clear of the prompts' noise.
+    a, b = [shifted(0.3), shifted(0.3), shifted(-0.2)], [base, base, base]
+    one = verdicts.tau_difference(a[0], b[0])
+    assert one.above_zero and one.seeds == ()  # one seed: prompts only
+    three = verdicts.tau_difference(a, b)
+    per_seed = [verdicts.pooled_tau(x) - verdicts.pooled_tau(y) for x, y in zip(a, b)]
+    assert three.estimate == pytest.approx(np.mean(per_seed))
+    assert three.seeds == pytest.approx(per_seed)
+    assert not three.above_zero and verdicts.compared(three) == verdicts.TIE
+    assert three.high - three.low > 2 * (one.high - one.low)  # the seeds' spread is in the interval
+    # Seeds that agree keep the verdict.
+    agree = verdicts.tau_difference([shifted(0.3), shifted(0.35), shifted(0.25)], b)
+    assert agree.above_zero and agree.estimate == pytest.approx(0.3, abs=1e-9)
+    gain = verdicts.macro_gain({"math": a, "chat": a}, {"math": b, "chat": b})
+    assert not gain.above_zero and len(gain.seeds) == 3 and gain.seeds[2] < 0 < gain.seeds[0]
+    with pytest.raises(ValueError, match="same generations"):
+        verdicts.tau_difference(a, b[:2])
+    values = np.array([[0.8] * 10, [0.6] * 10]) + rng.normal(0, 0.01, (2, 10))
+    mean = verdicts.mean_interval(values)
+    assert mean.estimate == pytest.approx(values.mean()) and mean.low < 0.65 and mean.high > 0.75
+    assert verdicts.seed_spread([4.0, 4.2, 4.4]) == "4.20 ± 0.20" and verdicts.seed_spread([4.0]) == "4.00"

@@ -127,7 +127,7 @@ def test_a_killed_training_worker_ends_load_or_train_drafters(tmp_path: Path, mo
     monkeypatch.setattr(zoo, "worker_processes", lambda device: 2)
     start = time.monotonic()
     _kill_a_worker_running(1, after=1.0)
-    with pytest.raises(workers.WorkerDied, match=r"training drafter dspark-markov \(worker \d+, killed by SIGKILL\)"):
+    with pytest.raises(workers.WorkerDied, match=r"training drafter dspark-markov from seed 0 \(worker \d+, killed by SIGKILL\)"):
         zoo.load_or_train_drafters(world, ["dflash", "dspark-markov"], recipe)
     assert time.monotonic() - start < 60
     assert not multiprocessing.active_children()

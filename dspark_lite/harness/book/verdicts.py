@@ -7,6 +7,12 @@ bootstrap over those generations (each resample draws generations with replaceme
 recomputes both pooled taus). Inside the interval it is a tie, and the text says so, in the one
 wording `compared` gives.
 
+Drafters trained from several seeds: pass one entry per seed ([seeds, generations, 2] instead
+of [generations, 2]; seed i of both sides measured on the same prompts). The estimate is then
+the seed mean, and each resample draws seeds with replacement, then generations within each
+drawn seed, so the interval holds the training noise as well as the prompts'. The interval keeps
+each seed's own estimate, and a verdict that one seed contradicts is a tie (`Interval.above_zero`).
+
 The chapters' hidden glue cells take every verdict's words from here (`versus_paper`,
 `resolves`, `reaches`, `grows`, `direction`, `falls_by`, `trend`, ...), so a verdict reads the
 same in every chapter; a sentence particular to one chapter is the chapter's constant, picked by
@@ -25,19 +31,23 @@ RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class Interval:
-    """An estimate with its (LEVEL) bootstrap interval."""
+    """An estimate with its (LEVEL) bootstrap interval, and each seed's own estimate when the
+    measurement came from several training seeds (empty otherwise)."""
 
     estimate: float
     low: float
     high: float
+    seeds: tuple[float, ...] = ()
 
     @property
     def above_zero(self) -> bool:
-        return self.low > 0.0
+        """The interval and every seed's estimate above zero."""
+        return self.low > 0.0 and all(value > 0.0 for value in self.seeds)
 
     @property
     def below_zero(self) -> bool:
-        return self.high < 0.0
+        """The interval and every seed's estimate below zero."""
+        return self.high < 0.0 and all(value < 0.0 for value in self.seeds)
 
     def __str__(self) -> str:
         return self.text()
@@ -47,76 +57,124 @@ class Interval:
         return f"{self.estimate:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
 
 
-def _parts(parts: Sequence[Sequence[float]]) -> np.ndarray:
+def _parts(parts) -> np.ndarray:
+    """[seeds, generations, 2]: (tokens, rounds) per generation, of one seed ([generations, 2]) or several."""
     array = np.asarray(parts, dtype=float)
-    if array.ndim != 2 or array.shape[1] != 2 or len(array) == 0:
-        raise ValueError(f"expected per-generation (tokens, rounds) pairs, got shape {array.shape}")
+    array = array[None] if array.ndim == 2 else array
+    if array.ndim != 3 or array.shape[2] != 2 or 0 in array.shape[:2]:
+        raise ValueError(f"expected per-generation (tokens, rounds) pairs, one list per seed, got shape {array.shape}")
     return array
 
 
-def pooled_tau(parts: Sequence[Sequence[float]]) -> float:
-    """tau over generations: all emitted tokens over all rounds (what `record.tau` gives on the pooled rounds)."""
-    array = _parts(parts)
-    return float(array[:, 0].sum() / array[:, 1].sum())
+def _seed_taus(parts: np.ndarray) -> np.ndarray:
+    """Each seed's pooled tau: [seeds]."""
+    return parts[..., 0].sum(axis=1) / parts[..., 1].sum(axis=1)
 
 
-def _resampled(parts: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """Pooled tau of each resample: index [resamples, n] into the generations."""
-    return parts[index, 0].sum(axis=1) / parts[index, 1].sum(axis=1)
+def pooled_tau(parts) -> float:
+    """tau over generations: all emitted tokens over all rounds (what `record.tau` gives on the
+    pooled rounds); with several seeds, the mean of the seeds' pooled taus."""
+    return float(_seed_taus(_parts(parts)).mean())
 
 
-def _interval(estimate: float, samples: np.ndarray) -> Interval:
+def _seed_draws(seeds: int, rng: np.random.Generator) -> np.ndarray:
+    """Seeds drawn with replacement, [RESAMPLES, seeds] (one seed: no draw)."""
+    return rng.integers(0, seeds, size=(RESAMPLES, seeds)) if seeds > 1 else np.zeros((RESAMPLES, 1), int)
+
+
+def _draws(seeds: int, units: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One bootstrap: seeds drawn with replacement [RESAMPLES, seeds], then units within each
+    drawn seed [RESAMPLES, seeds, units]."""
+    seed_index = _seed_draws(seeds, rng)
+    return seed_index, rng.integers(0, units, size=(RESAMPLES, seeds, units))
+
+
+def _resampled(parts: np.ndarray, draws: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Seed-mean pooled tau of each resample: [RESAMPLES]."""
+    seed_index, unit_index = draws
+    picked = parts[seed_index[..., None], unit_index]  # [RESAMPLES, seeds, units, 2]
+    return (picked[..., 0].sum(axis=-1) / picked[..., 1].sum(axis=-1)).mean(axis=-1)
+
+
+def _interval(estimate: float, samples: np.ndarray, seeds: Sequence[float] = ()) -> Interval:
     tail = 100 * (1 - LEVEL) / 2
     low, high = np.percentile(samples, [tail, 100 - tail])
-    return Interval(float(estimate), float(low), float(high))
+    return Interval(float(estimate), float(low), float(high), tuple(float(v) for v in seeds) if len(seeds) > 1 else ())
 
 
-def _paired_index(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    if len(a) != len(b):
-        raise ValueError(f"a paired comparison needs the same generations on both sides, got {len(a)} and {len(b)}")
-    return rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+def _paired(a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:
+        raise ValueError("a paired comparison needs the same generations (and seeds) on both sides, "
+                         f"got {a.shape[:2]} and {b.shape[:2]} (seeds, generations)")
 
 
-def tau_difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], seed: int = 0,
-                   paired: bool = True) -> Interval:
-    """tau(a) - tau(b) with a bootstrap over the generations: paired (two drafters on the same
-    prompts) or, with paired=False, each side resampled on its own (two domains' prompts)."""
+def tau_difference(a, b, seed: int = 0, paired: bool = True) -> Interval:
+    """tau(a) - tau(b) with a bootstrap over the generations (and the seeds, if several): paired
+    (two drafters on the same prompts) or, with paired=False, each side resampled on its own (two
+    domains' prompts)."""
     a, b = _parts(a), _parts(b)
     rng = np.random.default_rng(seed)
     if paired:
-        index_a = index_b = _paired_index(a, b, rng)
+        _paired(a, b)
+        draws_a = draws_b = _draws(a.shape[0], a.shape[1], rng)
     else:
-        index_a = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
-        index_b = rng.integers(0, len(b), size=(RESAMPLES, len(b)))
-    return _interval(pooled_tau(a) - pooled_tau(b), _resampled(a, index_a) - _resampled(b, index_b))
+        draws_a, draws_b = _draws(a.shape[0], a.shape[1], rng), _draws(b.shape[0], b.shape[1], rng)
+    seeds = _seed_taus(a) - _seed_taus(b) if len(a) == len(b) else ()
+    return _interval(pooled_tau(a) - pooled_tau(b), _resampled(a, draws_a) - _resampled(b, draws_b), seeds)
 
 
-def macro_gain(a: Mapping[str, Sequence[Sequence[float]]], b: Mapping[str, Sequence[Sequence[float]]],
-               seed: int = 0) -> Interval:
+def macro_gain(a: Mapping[str, Sequence], b: Mapping[str, Sequence], seed: int = 0) -> Interval:
     """100 x (macro tau of a / macro tau of b - 1), in percent: the macro average is the mean of
-    the domains' pooled taus; each domain's generations are resampled, paired."""
+    the domains' pooled taus (seed means, with several seeds); each domain's generations are
+    resampled, paired, and the seeds once for all domains (seed i is one drafter in every domain)."""
     if set(a) != set(b) or not a:
         raise ValueError(f"both sides need the same domains, got {sorted(a)} and {sorted(b)}")
+    parts = {d: (_parts(a[d]), _parts(b[d])) for d in a}
+    for pa, pb in parts.values():
+        _paired(pa, pb)
+    seeds = {len(pa) for pa, _ in parts.values()}
+    if len(seeds) != 1:
+        raise ValueError(f"every domain needs the same seeds, got {sorted(seeds)}")
     rng = np.random.default_rng(seed)
+    n_seeds = seeds.pop()
+    seed_index = _seed_draws(n_seeds, rng)
     macro_a, macro_b = np.zeros(RESAMPLES), np.zeros(RESAMPLES)
-    for domain in a:
-        pa, pb = _parts(a[domain]), _parts(b[domain])
-        index = _paired_index(pa, pb, rng)
-        macro_a += _resampled(pa, index) / len(a)
-        macro_b += _resampled(pb, index) / len(a)
-    estimate = 100 * (np.mean([pooled_tau(a[d]) for d in a]) / np.mean([pooled_tau(b[d]) for d in a]) - 1)
-    return _interval(float(estimate), 100 * (macro_a / macro_b - 1))
+    seed_a, seed_b = np.zeros(n_seeds), np.zeros(n_seeds)
+    for pa, pb in parts.values():
+        draws = (seed_index, rng.integers(0, pa.shape[1], size=(RESAMPLES, n_seeds, pa.shape[1])))
+        macro_a += _resampled(pa, draws) / len(parts)
+        macro_b += _resampled(pb, draws) / len(parts)
+        seed_a += _seed_taus(pa) / len(parts)
+        seed_b += _seed_taus(pb) / len(parts)
+    estimate = 100 * (seed_a.mean() / seed_b.mean() - 1)
+    return _interval(float(estimate), 100 * (macro_a / macro_b - 1), 100 * (seed_a / seed_b - 1))
 
 
-def mean_interval(values: Sequence[float], seed: int = 0) -> Interval:
+def mean_interval(values, seed: int = 0) -> Interval:
     """The mean of per-unit values (one per reply, say) with a bootstrap over the units; NaNs
-    (units without a value) are left out. For a paired comparison pass the per-unit differences."""
+    (units without a value) are left out. For a paired comparison pass the per-unit differences.
+    Several seeds: [seeds, units] (the same units for every seed); the estimate is the seed mean
+    and each resample draws seeds, then units."""
     array = np.asarray(values, dtype=float)
-    array = array[~np.isnan(array)]
-    if array.ndim != 1 or len(array) < 2:
-        raise ValueError(f"need at least two values for an interval, got {len(array)}")
-    index = np.random.default_rng(seed).integers(0, len(array), size=(RESAMPLES, len(array)))
-    return _interval(float(array.mean()), array[index].mean(axis=1))
+    array = array[None] if array.ndim == 1 else array
+    if array.ndim != 2:
+        raise ValueError(f"expected values per unit, one row per seed, got shape {array.shape}")
+    if array.shape[0] == 1:
+        array = array[:, ~np.isnan(array[0])]
+    if array.shape[1] < 2:
+        raise ValueError(f"need at least two values for an interval, got {array.shape[1]}")
+    seed_index, unit_index = _draws(*array.shape, np.random.default_rng(seed))
+    seed_means = np.nanmean(array, axis=1)
+    samples = np.nanmean(array[seed_index[..., None], unit_index], axis=-1).mean(axis=-1)
+    return _interval(float(seed_means.mean()), samples, seed_means)
+
+
+def seed_spread(values: Sequence[float], digits: int = 2) -> str:
+    """'4.28 ± 0.21': the mean over seeds and their standard deviation (the mean alone for one seed)."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return f"{values.mean():.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
 TIE = "tied with (within noise)"

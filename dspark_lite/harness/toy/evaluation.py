@@ -37,8 +37,11 @@ class DomainAcceptance:
     rounds: int
     tokens: int
     record: Rounds | None = field(default=None, repr=False)
-    per_generation: list[list[float]] = field(default_factory=list)
-    """[emitted tokens, rounds] of each generation, in prompt order: what `verdicts` resamples."""
+    per_generation: list = field(default_factory=list)
+    """[emitted tokens, rounds] of each generation, in prompt order: what `verdicts` resamples
+    ([seeds][generations][2] in a `seed_mean`)."""
+    seed_taus: list[float] = field(default_factory=list)
+    """Each training seed's tau, in a `seed_mean` (empty for one drafter)."""
 
     def to_dict(self) -> dict:
         """Everything but the record of rounds."""
@@ -52,6 +55,26 @@ def summarize(domain: str, rounds: Rounds, gamma: int, tokens: int, keep_record:
     return DomainAcceptance(domain, float(tau(rounds)), as_list(conditional_acceptance(rounds, gamma)),
                             as_list(prefix_survival(rounds, gamma)), len(rounds), tokens,
                             rounds.labelled(domain) if keep_record else None)
+
+
+def seed_mean(runs: Sequence[dict[str, DomainAcceptance]]) -> dict[str, DomainAcceptance]:
+    """One drafter kind trained from several seeds, each measured on the same prompts (records
+    kept): per domain, tau is the mean of the seeds' taus (`seed_taus` keeps each), the curves
+    and counts are over all seeds' rounds pooled, and `per_generation` is [seeds][generations][2]."""
+    if not runs or any(run.keys() != runs[0].keys() for run in runs):
+        raise ValueError(f"expected one report per seed, over the same domains, got {[sorted(r) for r in runs]}")
+    pooled = {}
+    for domain, first in runs[0].items():
+        reports = [run[domain] for run in runs]
+        if any(r.record is None for r in reports):
+            raise ValueError(f"{domain}: a seed mean needs every seed's record of rounds (keep_record=True)")
+        merged = summarize(domain, Rounds.concat([r.record for r in reports]), len(first.conditional),
+                           sum(r.tokens for r in reports), keep_record=True)
+        merged.seed_taus = [r.tau for r in reports]
+        merged.tau = float(np.mean(merged.seed_taus))
+        merged.per_generation = [r.per_generation for r in reports]
+        pooled[domain] = merged
+    return pooled
 
 
 def summarize_rollouts(domain: str, rollouts: Sequence[Rollout], gamma: int, keep_record: bool = False

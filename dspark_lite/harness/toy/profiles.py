@@ -238,6 +238,9 @@ class Profile:
 
     regime_sequences: validation replies per domain that the regime table and the logit
         lens read.
+    drafter_seeds: how many training seeds each drafter of Table 1 trains from (chapters 03-04),
+        so that every interval that compares them holds the drafters' training noise
+        (`zoo.drafter_seeds`; `$DSPARK_SEED` picks the base).
     """
 
     name: str
@@ -259,6 +262,7 @@ class Profile:
     serving: ServingStudy
     gpu: GpuStudy
     regime_sequences: int = 12
+    drafter_seeds: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -367,6 +371,7 @@ _SMOKE = Profile(
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
     ),
     regime_sequences=2,
+    drafter_seeds=2,
 )
 
 PROFILES: dict[str, Profile] = {"full": _FULL, "smoke": _SMOKE}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -26,12 +27,24 @@ from ...record import Rounds
 from ...resume import Checkpointer
 from ...progress import progress
 from ...runtime import device_generator, model_device
-from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy
+from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy, Profile
 from ...training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
 from .workers import fork_map, worker_processes
 from .world import ToyWorld
 
 WEIGHTS, HISTORY = "drafter.safetensors", "history.json"
+SEED_VAR = "DSPARK_SEED"
+
+
+def drafter_seeds(profile: Profile) -> list[int]:
+    """The training seeds of the drafters a verdict compares: `profile.drafter_seeds` of them,
+    from the base seed $DSPARK_SEED (default 0). Base b gives b*n, ..., b*n + n - 1 for n seeds, so
+    two bases share no seed. The world (target, corpus, replies) keeps its own seed: it is fixed."""
+    raw = os.environ.get(SEED_VAR, "0").strip()
+    if not raw.isdigit():
+        raise ValueError(f"{SEED_VAR} (the drafters' base seed) must be a whole number >= 0, got {raw!r}")
+    n = profile.drafter_seeds
+    return [int(raw) * n + i for i in range(n)]
 
 
 def train_config(recipe: DrafterRecipe, **overrides) -> DrafterTrainConfig:
@@ -149,36 +162,50 @@ def load_or_train_drafter(world: ToyWorld, kind: str, recipe: DrafterRecipe | No
 
 def load_or_train_drafters(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe | None = None,
                            seed: int = 0) -> dict[str, tuple[nn.Module, DrafterTrainHistory]]:
-    """`load_or_train_drafter` for several kinds at once. Those not in the cache train at the
-    same time, kinds with as many steps together: on a CPU with several cores each in its own
-    single-thread process (`_train_in_processes`), elsewhere side by side in one loop that shares
-    one view of the target among them (`training.train_drafters`). Either way each trains exactly
-    as it would alone, and each is cached under its own key, so either function finds it later."""
+    """`load_or_train_drafter` for several kinds at once (`load_or_train_seeds` with one seed)."""
+    return {kind: runs[0] for kind, runs in load_or_train_seeds(world, kinds, recipe, [seed]).items()}
+
+
+def load_or_train_seeds(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe | None = None,
+                        seeds: Sequence[int] = (0,)) -> dict[str, list[tuple[nn.Module, DrafterTrainHistory]]]:
+    """Each of `kinds` trained from each of `seeds`: {kind: [(drafter, history) per seed]}. Those
+    not in the cache train at the same time, those with as many steps together: on a CPU with
+    several cores each in its own single-thread process (`_train_in_processes`), elsewhere side
+    by side in one loop per seed that shares one view of the target among them
+    (`training.train_drafters`). Either way each trains exactly as it would alone, and each is
+    cached under its own key, so `load_or_train_drafter` finds it later."""
     recipe = recipe or world.profile.drafter
-    entries = {kind: _drafter_entry(world, _check_kind(kind), recipe, seed) for kind in kinds}
-    missing = [kind for kind, entry in entries.items() if not cache.contains(*entry)]
-    trained: dict[str, tuple[nn.Module, DrafterTrainHistory]] = {}
-    groups = sorted({training_steps(kind, recipe) for kind in missing})
+    jobs = [(_check_kind(kind), seed) for kind in kinds for seed in seeds]
+    entries = {(kind, seed): _drafter_entry(world, kind, recipe, seed) for kind, seed in jobs}
+    missing = [job for job, entry in entries.items() if not cache.contains(*entry)]
+    groups = sorted({training_steps(kind, recipe) for kind, _ in missing})
     workers = worker_processes(model_device(world.target))
-    for steps in (progress(groups, desc=f"train {' + '.join(missing)}") if len(groups) > 1 else groups):
-        kinds_now = [kind for kind in missing if training_steps(kind, recipe) == steps]
-        if workers > 1 and len(kinds_now) > 1:
-            _train_in_processes(world, kinds_now, recipe, seed, entries, steps, workers)
+    names = ' + '.join(dict.fromkeys(kind for kind, _ in missing))
+    for steps in (progress(groups, desc=f"train {names}") if len(groups) > 1 else groups):
+        jobs_now = [job for job in missing if training_steps(job[0], recipe) == steps]
+        if workers > 1 and len(jobs_now) > 1:
+            _train_in_processes(world, jobs_now, recipe, entries, steps, workers)
             continue
-        group = {kind: BUILDERS[kind](world, recipe, seed) for kind in kinds_now}
-        work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[k]).name for k in group)})
-        with cache.exclusive(work):
-            histories = training.train_drafters(group, world.target, training_replies(world, recipe),
-                                                train_config(recipe, steps=steps), seed,
-                                                desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
-        trained.update({kind: (drafter, histories[kind]) for kind, drafter in group.items()})
-        for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
-            name, config = entries[kind]
-            cache.load_or_build(name, config, lambda folder, kind=kind: _save(*trained[kind], folder), lambda f: f)
-        shutil.rmtree(work, ignore_errors=True)
-    return {kind: cache.load_or_build(name, config, _build_alone(world, kind, recipe, seed),
-                                      _loader(world, kind, recipe, seed))
-            for kind, (name, config) in entries.items()}
+        for seed in dict.fromkeys(seed for _, seed in jobs_now):
+            _train_side_by_side(world, [kind for kind, s in jobs_now if s == seed], recipe, seed, entries, steps)
+    return {kind: [cache.load_or_build(*entries[(kind, seed)], _build_alone(world, kind, recipe, seed),
+                                       _loader(world, kind, recipe, seed)) for seed in seeds]
+            for kind in dict.fromkeys(kinds)}
+
+
+def _train_side_by_side(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe, seed: int,
+                        entries: dict[tuple[str, int], tuple[str, dict]], steps: int) -> None:
+    """Train `kinds` from one seed in one loop sharing one view of the target, and cache each."""
+    group = {kind: BUILDERS[kind](world, recipe, seed) for kind in kinds}
+    work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[(k, seed)]).name for k in group)})
+    with cache.exclusive(work):
+        histories = training.train_drafters(group, world.target, training_replies(world, recipe),
+                                            train_config(recipe, steps=steps), seed,
+                                            desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
+    for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
+        cache.load_or_build(*entries[(kind, seed)], lambda folder, kind=kind, drafter=drafter: _save(drafter, histories[kind], folder),
+                            lambda f: f)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _build_alone(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> Callable[[Path], None]:
@@ -189,36 +216,39 @@ def _build_alone(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -
     return write
 
 
-_TRAINING: tuple | None = None  # what forked training workers inherit: world, recipe, seed, entries, step counter
+_TRAINING: tuple | None = None  # what forked training workers inherit: world, recipe, entries, step counter, jobs
 
 
 def _train_in_worker(job: int) -> None:
-    """In a forked worker: train the `job`-th kind alone on one thread and cache it; its steps go
-    to the parent's bar through the shared counter."""
-    world, recipe, seed, entries, counter, kinds = _TRAINING
-    kind = kinds[job]
+    """In a forked worker: train the `job`-th (kind, seed) alone on one thread and cache it; its
+    steps go to the parent's bar through the shared counter."""
+    world, recipe, entries, counter, jobs = _TRAINING
+    kind, seed = jobs[job]
     bars.RELAY = counter
-    name, config = entries[kind]
-    cache.load_or_build(name, config, _build_alone(world, kind, recipe, seed), lambda folder: None)
+    cache.load_or_build(*entries[(kind, seed)], _build_alone(world, kind, recipe, seed), lambda folder: None)
 
 
-def _train_in_processes(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe, seed: int,
-                        entries: dict[str, tuple[str, dict]], steps: int, workers: int) -> None:
-    """Train each of `kinds` alone in its own forked single-thread process (at most `workers` at a
-    time), which caches it; one bar here counts all their steps. A second thread speeds a drafter's
-    small step up far less than twofold (measured on 2 cores: DSpark-Markov 70 ms a step on two
-    threads, 110 on one), so two processes train a pair faster than one loop on two threads
-    (DSpark-Markov and DSpark-RNN, 600 steps: 72 s against 102 s). An interrupted run leaves each
-    drafter's checkpoint in its own work folder, and the next resumes from it."""
+def _train_in_processes(world: ToyWorld, jobs: Sequence[tuple[str, int]], recipe: DrafterRecipe,
+                        entries: dict[tuple[str, int], tuple[str, dict]], steps: int, workers: int) -> None:
+    """Train each (kind, seed) of `jobs` alone in its own forked single-thread process (at most
+    `workers` at a time), which caches it; one bar here counts all their steps. A second thread
+    speeds a drafter's small step up far less than twofold (measured on 2 cores: DSpark-Markov
+    70 ms a step on two threads, 110 on one), so two processes train a pair faster than one loop
+    on two threads (DSpark-Markov and DSpark-RNN, 600 steps: 72 s against 102 s). An interrupted
+    run leaves each drafter's checkpoint in its own work folder, and the next resumes from it."""
     global _TRAINING
     training_replies(world, recipe)  # cached before the fork, so that no worker builds it
     counter = multiprocessing.get_context("fork").Value("q", 0)
-    _TRAINING = (world, recipe, seed, entries, counter, list(kinds))
-    bar = progress(total=steps * len(kinds), desc=f"train {' + '.join(kinds)} ({min(workers, len(kinds))} processes)")
+    _TRAINING = (world, recipe, entries, counter, list(jobs))
+    kinds = ' + '.join(dict.fromkeys(kind for kind, _ in jobs))
+    seeds = sorted({seed for _, seed in jobs})
+    label = f"train {kinds}" + (f", seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
+    bar = progress(total=steps * len(jobs), desc=f"{label} ({min(workers, len(jobs))} processes)")
     try:
-        jobs = fork_map(_train_in_worker, len(kinds), workers, lambda job: f"training drafter {kinds[job]}",
+        done = fork_map(_train_in_worker, len(jobs), workers,
+                        lambda job: f"training drafter {jobs[job][0]} from seed {jobs[job][1]}",
                         on_wait=lambda: bar.update(counter.value - bar.n))
-        for _ in jobs:  # a worker's error is raised here
+        for _ in done:  # a worker's error is raised here
             pass
         bar.update(counter.value - bar.n)
     finally:
@@ -329,6 +359,15 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
                 for domain, fields in summary.items()}
 
     return cache.load_or_build(f"acceptance-{kind}", config, build, load)
+
+
+def measured_seeds(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe | None = None,
+                   seeds: Sequence[int] = (0,)) -> dict[str, evaluation.DomainAcceptance]:
+    """`measured_acceptance` of the `kind` drafter trained from each of `seeds` (each cached),
+    as one report per domain: the seeds' mean tau and their per-generation parts
+    (`evaluation.seed_mean`), what the verdicts' intervals resample seed by seed."""
+    return evaluation.seed_mean([measured_acceptance(world, kind, n_prompts, samples, recipe, seed=seed)
+                                 for seed in seeds])
 
 
 def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
