@@ -4,7 +4,9 @@
 `load_or_train_drafter(world, "dflash")` returns the same trained drafter to every notebook
 that asks: the first call regenerates the training replies with the target (cached too),
 trains, and stores the drafter's own weights (safetensors; the shared embedding and LM head
-stay the target's) with its training curves.
+stay the target's) with its training curves. `load_or_train_seeds` trains several kinds from
+several seeds at once (`drafter_seeds`: the profile's count, from $DSPARK_SEED), and
+`measured_seeds` measures them as one seed-mean report per domain.
 """
 from __future__ import annotations
 
