@@ -24,7 +24,7 @@ TAG = re.compile(r"<[^>]+>")
 def boxes(executed: Path) -> dict[str, list[tuple[str, str, str]]]:
     """{chapter: [(claim, this run, verdict)]} from each notebook's "What this run shows" table."""
     found = {}
-    for path in sorted(executed.glob("*.ipynb")):
+    for path in sorted(executed.rglob("*.ipynb")):  # _build/executed or its chapters/ folder
         for cell in json.loads(path.read_text())["cells"]:
             for out in cell.get("outputs", []):
                 page = "".join(out.get("data", {}).get("text/html", ""))

@@ -203,3 +203,18 @@ def test_seeds_widen_the_interval_and_a_seed_that_disagrees_makes_a_tie() -> Non
     mean = verdicts.mean_interval(values)
     assert mean.estimate == pytest.approx(values.mean()) and mean.low < 0.65 and mean.high > 0.75
     assert verdicts.seed_spread([4.0, 4.2, 4.4]) == "4.20 ± 0.20" and verdicts.seed_spread([4.0]) == "4.00"
+
+
+def test_macro_gain_change_is_the_difference_of_two_gains_on_the_same_prompts() -> None:
+    rng = np.random.default_rng(4)
+    lo_a, lo_b = ({d: generations(tau, 40, rng) for d in ("math", "chat")} for tau in (4.4, 4.0))
+    hi_a, hi_b = ({d: generations(tau, 40, rng) for d in ("math", "chat")} for tau in (5.2, 4.0))
+    change = verdicts.macro_gain_change(hi_a, hi_b, lo_a, lo_b)
+    expected = verdicts.macro_gain(hi_a, hi_b).estimate - verdicts.macro_gain(lo_a, lo_b).estimate
+    assert change.estimate == pytest.approx(expected) and change.above_zero  # about +30 - +10 points
+    same = verdicts.macro_gain_change(lo_a, lo_b, lo_a, lo_b)
+    assert (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)  # one draw for all four sides: no noise left
+    nearly = verdicts.macro_gain_change({d: generations(4.45, 40, rng) for d in lo_a}, lo_b, lo_a, lo_b)
+    assert verdicts.compared(nearly) == verdicts.TIE  # half a point of gain is inside 40 generations' noise
+    with pytest.raises(ValueError, match="same domains"):
+        verdicts.macro_gain_change(hi_a, hi_b, lo_a, {"math": lo_b["math"]})

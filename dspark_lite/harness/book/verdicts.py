@@ -123,31 +123,50 @@ def tau_difference(a, b, seed: int = 0, paired: bool = True) -> Interval:
     return _interval(pooled_tau(a) - pooled_tau(b), _resampled(a, draws_a) - _resampled(b, draws_b), seeds)
 
 
-def macro_gain(a: Mapping[str, Sequence], b: Mapping[str, Sequence], seed: int = 0) -> Interval:
-    """100 x (macro tau of a / macro tau of b - 1), in percent: the macro average is the mean of
-    the domains' pooled taus (seed means, with several seeds); each domain's generations are
-    resampled, paired, and the seeds once for all domains (seed i is one drafter in every domain)."""
-    if set(a) != set(b) or not a:
-        raise ValueError(f"both sides need the same domains, got {sorted(a)} and {sorted(b)}")
-    parts = {d: (_parts(a[d]), _parts(b[d])) for d in a}
-    for pa, pb in parts.values():
-        _paired(pa, pb)
-    seeds = {len(pa) for pa, _ in parts.values()}
+def _macro_taus(sides: Sequence[Mapping[str, Sequence]], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The macro taus of several drafters measured on the same prompts: [sides, RESAMPLES] of the
+    bootstrap (seeds drawn once for all domains, then each domain's generations, the same draw for
+    every side) and [sides, seeds] of each seed's own macro tau."""
+    domains = set(sides[0])
+    if not domains or any(set(side) != domains for side in sides):
+        raise ValueError(f"every side needs the same domains, got {[sorted(side) for side in sides]}")
+    parts = {d: [_parts(side[d]) for side in sides] for d in sides[0]}
+    for first, *rest in parts.values():
+        for other in rest:
+            _paired(first, other)
+    seeds = {len(first) for first, *_ in parts.values()}
     if len(seeds) != 1:
         raise ValueError(f"every domain needs the same seeds, got {sorted(seeds)}")
     rng = np.random.default_rng(seed)
     n_seeds = seeds.pop()
     seed_index = _seed_draws(n_seeds, rng)
-    macro_a, macro_b = np.zeros(RESAMPLES), np.zeros(RESAMPLES)
-    seed_a, seed_b = np.zeros(n_seeds), np.zeros(n_seeds)
-    for pa, pb in parts.values():
-        draws = (seed_index, rng.integers(0, pa.shape[1], size=(RESAMPLES, n_seeds, pa.shape[1])))
-        macro_a += _resampled(pa, draws) / len(parts)
-        macro_b += _resampled(pb, draws) / len(parts)
-        seed_a += _seed_taus(pa) / len(parts)
-        seed_b += _seed_taus(pb) / len(parts)
+    macro, per_seed = np.zeros((len(sides), RESAMPLES)), np.zeros((len(sides), n_seeds))
+    for domain_parts in parts.values():
+        units = domain_parts[0].shape[1]
+        draws = (seed_index, rng.integers(0, units, size=(RESAMPLES, n_seeds, units)))
+        for i, p in enumerate(domain_parts):
+            macro[i] += _resampled(p, draws) / len(parts)
+            per_seed[i] += _seed_taus(p) / len(parts)
+    return macro, per_seed
+
+
+def macro_gain(a: Mapping[str, Sequence], b: Mapping[str, Sequence], seed: int = 0) -> Interval:
+    """100 x (macro tau of a / macro tau of b - 1), in percent: the macro average is the mean of
+    the domains' pooled taus (seed means, with several seeds); each domain's generations are
+    resampled, paired, and the seeds once for all domains (seed i is one drafter in every domain)."""
+    (macro_a, macro_b), (seed_a, seed_b) = _macro_taus([a, b], seed)
     estimate = 100 * (seed_a.mean() / seed_b.mean() - 1)
     return _interval(float(estimate), 100 * (macro_a / macro_b - 1), 100 * (seed_a / seed_b - 1))
+
+
+def macro_gain_change(a_hi: Mapping[str, Sequence], b_hi: Mapping[str, Sequence], a_lo: Mapping[str, Sequence],
+                      b_lo: Mapping[str, Sequence], seed: int = 0) -> Interval:
+    """macro_gain(a_hi, b_hi) - macro_gain(a_lo, b_lo), in percentage points: how a's gain over b
+    changes between two settings (two block sizes, say) measured on the same prompts; all four
+    are resampled with one draw, so the prompts' noise they share cancels."""
+    macro, per_seed = _macro_taus([a_hi, b_hi, a_lo, b_lo], seed)
+    change = lambda m: 100 * (m[0] / m[1] - 1) - 100 * (m[2] / m[3] - 1)
+    return _interval(float(change(per_seed.mean(axis=1))), change(macro), change(per_seed))
 
 
 def mean_interval(values, seed: int = 0) -> Interval:
