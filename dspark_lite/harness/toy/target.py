@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -73,6 +74,21 @@ def evaluate_loss(model: Qwen3ForCausalLM, rows: torch.Tensor, batch_size: int) 
     return total / count
 
 
+@contextmanager
+def deterministic_algorithms():
+    """`torch.use_deterministic_algorithms` inside the block, restored after it. Compiled, the
+    decoder's backward scatters the embedding's gradient with parallel atomic adds, whose order
+    (and so the float sums) changes from run to run; in this mode inductor falls back to aten's
+    deterministic index_put, so the same code trains the same target bit for bit."""
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+@deterministic_algorithms()  # the whole training, compile included
 def train_causal_lm(
     model: Qwen3ForCausalLM, train_rows: torch.Tensor, val_rows: torch.Tensor, cfg: TargetConfig,
     seed: int = 0, eval_every: int = 50, desc: str = "train target", checkpoint: Checkpointer | None = None,
