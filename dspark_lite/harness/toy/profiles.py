@@ -294,8 +294,8 @@ _FULL = Profile(
     drafter=DrafterRecipe(
         block_size=7, target_layer_ids=(1, 3), dflash_layers=2, eagle_layers=1,
         training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=2000, dspark_steps=2000, sequences_per_batch=4,
-        anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=1.0, tv_weight=1.0,
-        loss_decay=None, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
+        anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=0.1, tv_weight=0.9,
+        loss_decay=4.0, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
         collision_contexts=20, collision_samples=10, markov_rank=8, finetune_steps=500,
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
@@ -346,8 +346,8 @@ _SMOKE = Profile(
     drafter=DrafterRecipe(
         block_size=4, target_layer_ids=(1,), dflash_layers=1, eagle_layers=1,
         training_replies=24, reply_tokens=24, steps=8, eagle_steps=6, dspark_steps=6, sequences_per_batch=4,
-        anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=1.0, tv_weight=1.0,
-        loss_decay=None, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
+        anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=0.1, tv_weight=0.9,
+        loss_decay=4.0, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
         latency_gammas=(1, 4), latency_repeats=2,
         collision_contexts=2, collision_samples=2, markov_rank=8, finetune_steps=4,
         draft_intermediate_size=8,
