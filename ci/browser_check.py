@@ -9,15 +9,17 @@ a Python traceback or error output, widgets or math that do not render, TeX sour
 outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), a figure whose smallest
 text renders below 9 px (the size the build measured in the PNG, ci/kernel_setup.py, scaled by the
 width the browser shows it at; an interactive figure's SVG text, its font size times the scale the
-browser draws it at), and, for a chapter page,
-no figure (an <img> or inline <svg> in a cell output or a figure), and a visible icon whose webfont
-did not load. A redirect page (Jupyter
+browser draws it at), a visible icon whose webfont did not load, and, for a chapter page, no
+figure (an <img> or inline <svg> in a cell output or a figure), an output block wider than the
+page column, an empty output box, a table column header that is a code name, and the placeholder
+$DSPARK_RESULTS in an output. A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
 saved in the screenshot folder.
 
 Every page's shape is reported, printed and written to SCREENSHOTS/page_shape.json: the share of
 its height that is code (visible input cells) and, per figure, its natural and displayed width and
-the size in px of its smallest text.
+the size in px of its smallest text; for a chapter, how it reads (JS_READING): its prose share of
+the visible text, its prose words.
 
 Interactive figures (Vega-Lite, `dspark_lite/harness/book/interactive.py`): every control of every
 figure is moved as a reader moves it, with the mouse and the keyboard (a slider: its thumb dragged
@@ -122,6 +124,55 @@ JS_CHART_FONTS = """() => Array.from(document.querySelectorAll('.vega-embed svg'
     return {chart: i + 1, font_px: Math.round(least.px * 10) / 10, smallest_text: least.text,
             shown_px: Math.round(svg.getBoundingClientRect().width)};
 }).filter(x => x)"""
+# How a chapter reads (measured on the page as a reader sees it, inside the article): characters of
+# visible text that is prose (markdown, glued values, headings) against code-cell inputs and outputs
+# (folded cells, figures, scripts and toggle labels not counted); prose words; every output block
+# wider than the column or scrolled sideways; empty output boxes; column headers that are code
+# names (snake_case with a word of three letters or more); and the results placeholder in outputs.
+JS_READING = r"""() => {
+    const article = document.querySelector('article.bd-article') || document.body;
+    const skip = 'script, style, svg, .vega-embed, mjx-container, .headerlink, button, summary';
+    const counts = {prose: 0, input: 0, output: 0};
+    let words = 0;
+    const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const el = n.parentElement;
+        if (!el || el.closest(skip) || el.offsetParent === null) continue;
+        if (el.closest('details:not([open])')) continue;
+        const t = n.textContent.replace(/\s+/g, ' ').trim();
+        if (!t) continue;
+        const kind = el.closest('.cell_input') ? 'input' : el.closest('.cell_output') ? 'output' : 'prose';
+        counts[kind] += t.length;
+        if (kind === 'prose') words += t.split(' ').filter(w => /[A-Za-z]/.test(w)).length;
+    }
+    const column = article.getBoundingClientRect();
+    const wide = [], outputs = Array.from(article.querySelectorAll('.cell_output')).filter(o => o.offsetParent !== null);
+    let empty = 0;
+    const media = 'img, svg, canvas, iframe, table, .widget-subarea, .vega-embed';
+    for (const out of outputs) {
+        for (const e of out.querySelectorAll('*')) {
+            const r = e.getBoundingClientRect();
+            if (r.width === 0) continue;
+            const ox = getComputedStyle(e).overflowX;
+            const scrolled = e.scrollWidth > e.clientWidth + 2 && ['auto', 'scroll', 'hidden'].includes(ox);
+            if (scrolled || r.right > column.right + 2) {
+                wide.push({px: Math.round(Math.max(e.scrollWidth, r.width)), text: (e.innerText || '').trim().slice(0, 60)});
+                break;
+            }
+        }
+        for (const o of out.children) {
+            if (!(o.innerText || '').trim() && !o.matches(media) && !o.querySelector(media)) empty += 1;
+        }
+    }
+    const code = /^[a-z][a-z0-9]*(_[a-z0-9]+)+$/i;
+    const headers = Array.from(article.querySelectorAll('thead th')).map(th => th.innerText.trim())
+        .filter(t => code.test(t) && t.split('_').some(part => part.length >= 3));
+    const total = counts.prose + counts.input + counts.output;
+    return {column_px: Math.round(column.width), prose_chars: counts.prose, input_chars: counts.input,
+            output_chars: counts.output, prose_share: total ? counts.prose / total : 1, words: words,
+            wide: wide, empty: empty, code_headers: Array.from(new Set(headers)),
+            placeholder: outputs.some(o => (o.innerText || '').includes('$DSPARK_RESULTS'))};
+}"""
 MIN_FONT_PX = 9.0  # dspark_lite.harness.book.plots.MIN_FONT_PX (not imported: the check runs without the package)
 SHAPE_FILE = "page_shape.json"
 REDIRECT = re.compile(r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]*url=([^"'>\s]+)""", re.I)
@@ -346,12 +397,14 @@ def figure_fonts(html_dir: Path, rel: str, images: list[dict]) -> list[dict]:
 
 def page_shapes_summary(shapes: dict[str, dict]) -> str:
     """A table: per page, the share of its height that is code and its smallest figure text."""
-    lines = [f"{'page':<34}{'code share':>11}{'figures':>9}{'smallest text (px)':>20}"]  # figures: images and charts
-    for rel, shape in shapes.items():
+    lines = [f"{'page':<34}{'code share':>11}{'figures':>9}{'smallest text (px)':>20}{'prose share':>13}{'words':>7}"]
+    for rel, shape in shapes.items():  # figures: images and charts; prose share and words: chapters only
         fonts = [f["font_px"] for f in shape["figures"] if f["font_px"] is not None]
         fonts += [c["font_px"] for c in shape.get("charts", [])]
+        reading = shape.get("reading")
         lines.append(f"{rel:<34}{shape['code_share']:>10.0%} {len(shape['figures']) + len(shape.get('charts', [])):>8}"
-                     f"{min(fonts) if fonts else float('nan'):>20.1f}")
+                     f"{min(fonts) if fonts else float('nan'):>20.1f}"
+                     + (f"{reading['prose_share']:>12.0%} {reading['words']:>6}" if reading else ""))
     return "\n".join(lines)
 
 
@@ -435,7 +488,7 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
             shape = page.evaluate(JS_PAGE_SHAPE)
             figures = figure_fonts(html_dir, rel, shape["images"])
             charts = page.evaluate(JS_CHART_FONTS)
-            shapes[rel] = {"page_px": round(shape["page"]), "code_px": round(shape["code"]),
+            shapes[rel] = {**shapes.get(rel, {}), "page_px": round(shape["page"]), "code_px": round(shape["code"]),
                            "code_share": shape["code"] / shape["page"] if shape["page"] else 0.0, "figures": figures,
                            "charts": charts}
             found += [f"interactive figure {c['chart']}: its smallest text ({c['smallest_text']!r}) renders at "
@@ -444,6 +497,17 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
             found += [f"figure {k} ({f['image']}): its smallest text ({f['smallest_text']!r}) renders at {f['font_px']} px "
                       f"(shown {f['shown_px']} px wide of {f['natural_px']}); at least {MIN_FONT_PX:g} px is legible"
                       for k, f in enumerate(figures, start=1) if f["font_px"] is not None and f["font_px"] < MIN_FONT_PX]
+        if needs_figure:  # a chapter: how it reads
+            reading = page.evaluate(JS_READING)
+            if shapes is not None:
+                shapes.setdefault(rel, {})["reading"] = {k: v for k, v in reading.items() if k != "wide"}
+            found += [f"an output block wider than the page column ({w['px']} px in {reading['column_px']} px): "
+                      f"{w['text']!r}" for w in reading["wide"][:3]]
+            if reading["empty"]:
+                found.append(f"{reading['empty']} empty output box(es)")
+            found += [f"a table's column header is a code name, not words: {h!r}" for h in reading["code_headers"]]
+            if reading["placeholder"]:
+                found.append("an output shows the placeholder $DSPARK_RESULTS instead of a place a reader knows")
         if screenshot_dir is not None:
             name = rel.removesuffix(".html").replace("/", "__") + ".png"
             page.screenshot(path=str(Path(screenshot_dir) / name), full_page=True)

@@ -29,7 +29,7 @@ class TextBar(_tqdm_std.tqdm):
             kwargs["disable"] = True
         kwargs.setdefault("file", _sys.stdout)
         kwargs.setdefault("mininterval", 10.0)
-        kwargs.setdefault("ncols", 130)
+        kwargs.setdefault("ncols", 88)  # one line of the page column (ci/sphinxext/static/book.css)
         super().__init__(*args, **kwargs)
         iterable = args[0] if args else kwargs.get("iterable")
         self._label = kwargs.get("desc") or "inner"

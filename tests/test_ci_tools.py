@@ -106,6 +106,16 @@ PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "cl
         FIGURE + '<div class="cell_output"><div class="vega-embed"><svg width="10" height="10"></svg>'
         '<div class="vega-bindings"><label><input type="range" name="x" min="0" max="3" step="1" value="1" disabled>'
         '</label></div></div></div>'),
+    "chapters/wide_output.html": page(FIGURE + '<div class="cell_output"><pre style="white-space: pre; overflow-x: auto">'
+                                      + "a long line " * 300 + "</pre></div>"),
+    "chapters/empty_output.html": page(FIGURE + '<div class="cell_output"><div class="output stream"><pre> </pre></div></div>'),
+    "chapters/code_header.html": page(FIGURE + '<div class="cell_output"><table><thead><tr><th>gain_pct</th><th>a_rj</th>'
+                                      "<th>tau</th><th>gain (%)</th></tr></thead><tbody><tr><td>1</td><td>2</td><td>3</td>"
+                                      "<td>4</td></tr></tbody></table></div>"),
+    "chapters/placeholder.html": page(FIGURE + '<div class="cell_output"><pre>wrote $DSPARK_RESULTS/x.json</pre></div>'),
+    "chapters/reading.html": page("<p>" + "alpha " * 50 + "</p>" + FIGURE  # clean: 299 prose characters, 50 words
+                                  + '<div class="cell"><div class="cell_input"><pre>' + "y" * 100 + "</pre></div>"
+                                  + '<div class="cell_output"><pre>' + "z" * 50 + "</pre></div></div>"),
     "chapters/icons.html": icon_page(with_font=True),  # clean: the icon's webfont loads
     "chapters/icons_no_font.html": icon_page(with_font=False),
 }
@@ -130,6 +140,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     for p in problems:
         by_page[p.split(": ", 1)[0]].append(p)
     by_page["_screenshots"] = sorted(f.name for f in shots.glob("*.png"))
+    by_page["_shapes"] = json.loads((shots / browser_check.SHAPE_FILE).read_text())
     return by_page
 
 
@@ -207,6 +218,24 @@ def test_the_theme_script_for_custom_icons_is_dropped() -> None:
     assert n == 1 and "fontawesome" not in html
     assert html.count("\n") == 2 and "theme.css" in html and "bootstrap.js" in html
     assert without_fontawesome_js(html) == (html, 0)
+
+
+def test_what_a_reader_cannot_read_in_the_column_fails(planted: dict[str, list[str]]) -> None:
+    """Wide outputs, empty output boxes, code-name column headers and the results placeholder fail a
+    chapter; a header that is a symbol (a_rj, tau) or words passes."""
+    assert len(planted["chapters/wide_output.html"]) == 1 and "wider than the page column" in planted["chapters/wide_output.html"][0]
+    assert planted["chapters/empty_output.html"] == ["chapters/empty_output.html: 1 empty output box(es)"]
+    assert planted["chapters/code_header.html"] == [
+        "chapters/code_header.html: a table's column header is a code name, not words: 'gain_pct'"]
+    assert len(planted["chapters/placeholder.html"]) == 1 and "$DSPARK_RESULTS" in planted["chapters/placeholder.html"][0]
+
+
+def test_how_a_chapter_reads_is_measured(planted: dict[str, list[str]]) -> None:
+    """Prose against code inputs and outputs, in characters of visible text, and prose words."""
+    assert planted["chapters/reading.html"] == []
+    reading = planted["_shapes"]["chapters/reading.html"]["reading"]
+    assert (reading["prose_chars"], reading["input_chars"], reading["output_chars"], reading["words"]) == (299, 100, 50, 50)
+    assert reading["prose_share"] == pytest.approx(299 / 449)
 
 
 def test_missing_chromium_gives_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -266,6 +266,8 @@ def test_paths_are_printed_without_the_build_machines_folders(monkeypatch: pytes
     assert result_files.describe_path(REPO / "data" / "results" / "qwen3_4b_l4.json") == "data/results/qwen3_4b_l4.json"
     monkeypatch.setenv("DSPARK_RESULTS", str(Path(tempfile.gettempdir()) / "ch07" / "results"))
     assert result_files.describe_path(Path(tempfile.gettempdir()) / "ch07" / "results" / "x.json") == "$DSPARK_RESULTS/x.json"
+    monkeypatch.setenv("DSPARK_RESULTS", str(REPO / "_build" / "results"))  # as `make book` sets it: a page says where
+    assert result_files.describe_path(REPO / "_build" / "results" / "x.json") == "_build/results/x.json"
     for path in (temp, cached, Path(tempfile.gettempdir()) / "x.json"):
         shown = result_files.describe_path(path)
         assert not shown.startswith("/") and tempfile.gettempdir() not in shown, shown

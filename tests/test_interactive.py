@@ -97,6 +97,7 @@ def test_curves_chart_keeps_the_frames_panel_order_and_tooltips_every_column():
     frame = pd.DataFrame([{"domain": d, "drafter": "A", "k": k, "acceptance": 0.5 + 0.1 * k}
                           for d in ("math", "code", "chat") for k in (1, 2)])
     spec = interactive.curves_chart(frame, "k", "acceptance", "drafter", column="domain").to_dict()
-    assert spec["facet"]["column"]["sort"] == ["math", "code", "chat"]  # not alphabetical
+    assert spec["facet"]["sort"] == ["math", "code", "chat"]  # not alphabetical
+    assert spec["columns"] == 2 and "split" in spec["facet"]["header"]["labelExpr"]  # two a row; long titles wrap
     tooltip = spec["spec"]["layer"][0]["encoding"]["tooltip"]
     assert [t["field"] for t in tooltip] == ["domain", "drafter", "k", "acceptance"]

@@ -84,3 +84,13 @@ def test_drafts_of_another_rollout_are_refused() -> None:
     wrong[first][0] = (wrong[first][0] + 1) % VOCAB
     with pytest.raises(ValueError, match="does not match"):
         stream.stream_rounds(out, wrong)
+
+
+def test_token_text_keeps_its_spaces_in_the_figure() -> None:
+    """SVG drops a text's leading space, so the figure draws spaces as no-break spaces: a token
+    " problem" after "No" must not read "Noproblem". Newlines and empty pieces stay visible."""
+    class Words:
+        def decode(self, ids: list[int]) -> str:
+            return {1: "No", 2: " problem", 3: "\n", 4: ""}[ids[0]]
+
+    assert [stream._piece(Words(), t) for t in (1, 2, 3, 4)] == ["No", "\u00a0problem", "⏎", "·"]

@@ -72,9 +72,20 @@ def paper_role(name: str, rawtext: str, text: str, lineno: int, inliner: Any,
     return [node], []
 
 
+STATIC = Path(__file__).parent / "static"  # book.css: the page styles
+
+
+def add_static(app: Any) -> None:
+    """Serve this extension's static folder (book.css) beside the theme's."""
+    app.config.html_static_path.append(str(STATIC))
+
+
 def setup(app: Any) -> dict[str, Any]:
-    """Register the fixes (run late: after other extensions add their page scripts) and the role."""
+    """Register the fixes (run late: after other extensions add their page scripts), the role and
+    the book's stylesheet."""
     app.add_role("paper", paper_role)
+    app.connect("builder-inited", add_static)
+    app.add_css_file("book.css")
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("build-finished", drop_fontawesome_js)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

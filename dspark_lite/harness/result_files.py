@@ -25,8 +25,9 @@ from .. import __version__
 
 
 def describe_path(path: str | Path) -> str:
-    """A path as a page or a log may print it: under $DSPARK_RESULTS as
-    "$DSPARK_RESULTS/<name>", inside the repository relative to it, in the Hugging Face cache as
+    """A path as a page or a log may print it: inside the repository relative to it (the book
+    build's results folder is _build/results), elsewhere under $DSPARK_RESULTS as
+    "$DSPARK_RESULTS/<name>", in the Hugging Face cache as
     "the hub cache (<repo folder>)", in a temporary folder as "a temporary folder (<name>)", under
     the home folder as "~/...". Never the build machine's temporary or cache paths."""
     path = Path(path).expanduser().absolute()
@@ -43,10 +44,10 @@ def describe_path(path: str | Path) -> str:
             except (ValueError, OSError):
                 return None
 
+    if (inside := under(REPO)) is not None:  # the book build's results folder too: _build/results
+        return inside.as_posix() or "."
     if (inside := under(os.environ.get("DSPARK_RESULTS"))) is not None:
         return f"$DSPARK_RESULTS/{inside.as_posix()}".rstrip("/.")
-    if (inside := under(REPO)) is not None:
-        return inside.as_posix() or "."
     from huggingface_hub import constants
 
     if (inside := under(constants.HF_HUB_CACHE)) is not None:

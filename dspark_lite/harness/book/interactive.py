@@ -227,7 +227,10 @@ def curves_chart(frame: pd.DataFrame, x: str, y: str, color: str, column: str | 
     if diagonal:
         layers.insert(0, alt.Chart().mark_rule(strokeDash=[3, 3], color=GREY).encode(
             x=alt.datum(0.0), y=alt.datum(0.0), x2=alt.datum(1.0), y2=alt.datum(1.0)))
-    chart = alt.layer(*layers, data=frame).properties(width=160 if column else 220, height=200)  # three panels fit the page
+    chart = alt.layer(*layers, data=frame).properties(width=270 if column else 400, height=200)
     if column is None:
         return chart
-    return chart.facet(column=alt.Column(f"{column}:N", title=None, sort=list(pd.unique(frame[column]))))
+    # two panels a row fit the page column (about 700 px); a panel title splits into lines at "; "
+    header = alt.Header(labelExpr="split(datum.value, '; ')", labelFontSize=12)
+    return chart.facet(facet=alt.Facet(f"{column}:N", title=None, sort=list(pd.unique(frame[column])), header=header),
+                       columns=2)

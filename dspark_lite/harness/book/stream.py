@@ -91,8 +91,10 @@ def stream_rounds(rollout: Rollout, drafts: Sequence[Sequence[int]]) -> list[Str
 
 
 def _piece(tokenizer: Any, token: int) -> str:
+    """One token's text as the figure draws it: a newline as ⏎, an empty piece as ·, and spaces as
+    no-break spaces (SVG drops a text's leading space, which ran " problem" into the token before)."""
     text = tokenizer.decode([token])
-    return text.replace("\n", "⏎") or "·"
+    return (text.replace("\n", "⏎") or "·").replace(" ", "\u00a0")
 
 
 def stream_states(rounds: Sequence[StreamRound], tokenizer: Any, context_tokens: int = 48,
