@@ -51,6 +51,7 @@ class TextBar(_tqdm_std.tqdm):
 
     def update(self, n=1):
         if self._outer is not None:
+            self.n += n  # still counted: a caller that updates by `target - bar.n` must not add its total again
             self._tell_outer(n)
             return None
         return super().update(n)

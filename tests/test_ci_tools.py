@@ -427,6 +427,28 @@ def test_machine_paths_in_outputs_are_found(tmp_path: Path, monkeypatch: pytest.
     assert "/tmp/tmpx9/result.json" in problems[1] and str(cache) in problems[2] and "/home/builder" in problems[3]
 
 
+def test_a_nested_bar_counts_its_steps_once() -> None:
+    """In the book build a bar inside another writes into the outer one's line. A caller that
+    updates it by the difference to a running total (a training's workers, counted in a shared
+    value) must see its count advance: the build once showed "294250/3200" for 3,200 steps."""
+    import subprocess
+    import sys
+
+    code = f"""
+exec(open({str(REPO / "ci" / "kernel_setup.py")!r}).read())
+import io
+from tqdm.auto import tqdm
+outer = tqdm(total=2, desc="figure", file=io.StringIO())
+inner = tqdm(total=30, desc="train")
+for done in (10, 20, 30):
+    inner.update(done - inner.n)
+print(inner.n, inner._count)
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO)}).stdout.split()
+    assert out == ["30", "30"], out
+
+
 def _figure_png(width_in: float, legend_pt: float | None) -> bytes:
     """A figure saved as the book build saves it: through ci/kernel_setup.py's hook (run in a fresh
     interpreter, since the hook patches matplotlib for the whole process)."""
