@@ -488,7 +488,7 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
             shape = page.evaluate(JS_PAGE_SHAPE)
             figures = figure_fonts(html_dir, rel, shape["images"])
             charts = page.evaluate(JS_CHART_FONTS)
-            shapes[rel] = {**shapes.get(rel, {}), "page_px": round(shape["page"]), "code_px": round(shape["code"]),
+            shapes[rel] = {"page_px": round(shape["page"]), "code_px": round(shape["code"]),
                            "code_share": shape["code"] / shape["page"] if shape["page"] else 0.0, "figures": figures,
                            "charts": charts}
             found += [f"interactive figure {c['chart']}: its smallest text ({c['smallest_text']!r}) renders at "
