@@ -87,10 +87,15 @@ def test_drafts_of_another_rollout_are_refused() -> None:
 
 
 def test_token_text_keeps_its_spaces_in_the_figure() -> None:
-    """SVG drops a text's leading space, so the figure draws spaces as no-break spaces: a token
-    " problem" after "No" must not read "Noproblem". Newlines and empty pieces stay visible."""
+    """SVG drops a text's leading spaces (no-break ones too), so a token " problem" drawn at its
+    column would read "Noproblem" with the space after it: the figure draws the text without its
+    leading space one column further. Newlines and empty pieces stay visible."""
     class Words:
         def decode(self, ids: list[int]) -> str:
-            return {1: "No", 2: " problem", 3: "\n", 4: ""}[ids[0]]
+            return {1: "No", 2: " problem", 3: "\n", 4: "", 5: "!"}[ids[0]]
 
-    assert [stream._piece(Words(), t) for t in (1, 2, 3, 4)] == ["No", "\u00a0problem", "⏎", "·"]
+    assert [stream._piece(Words(), t) for t in (1, 2, 3, 4)] == ["No", " problem", "⏎", "·"]
+    rounds = [stream.StreamRound(1, (2, 5), 2, 3, True, None)]
+    drawn = stream.stream_states(rounds, Words(), width=40)
+    assert drawn[["glyphs", "x", "x_glyphs", "x2"]].values.tolist() == [
+        ["No", 0, 0, 2], ["problem", 2, 3, 10], ["!", 10, 10, 11], ["⏎", 11, 11, 12]]

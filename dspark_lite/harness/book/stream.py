@@ -91,10 +91,9 @@ def stream_rounds(rollout: Rollout, drafts: Sequence[Sequence[int]]) -> list[Str
 
 
 def _piece(tokenizer: Any, token: int) -> str:
-    """One token's text as the figure draws it: a newline as ⏎, an empty piece as ·, and spaces as
-    no-break spaces (SVG drops a text's leading space, which ran " problem" into the token before)."""
+    """One token's text as the figure draws it: a newline as ⏎, an empty piece as ·."""
     text = tokenizer.decode([token])
-    return (text.replace("\n", "⏎") or "·").replace(" ", "\u00a0")
+    return text.replace("\n", "⏎") or "·"
 
 
 def stream_states(rounds: Sequence[StreamRound], tokenizer: Any, context_tokens: int = 48,
@@ -102,8 +101,10 @@ def stream_states(rounds: Sequence[StreamRound], tokenizer: Any, context_tokens:
     """Every state of the token stream figure, one per round (the slider's value): the last
     `context_tokens` committed tokens before the round's anchor, then the anchor, every draft
     (accepted or rejected) and the token the target added, laid out in a monospace grid `width`
-    characters wide. One row a drawn token: round, kind (`KINDS`), token id, text, column and line,
-    and the draft's confidence where there is one."""
+    characters wide. One row a drawn token: round, kind (`KINDS`), token id, text, its columns
+    x..x2 and line, and the draft's confidence where there is one. The figure draws `glyphs` (the
+    text without its leading spaces, which SVG drops, no-break ones included) at column `x_glyphs`,
+    so that " problem" after "No" reads "No problem", not "Noproblem" with the space after it."""
     rows, committed = [], []
     for r, rnd in enumerate(rounds):
         shown = [("context", t, None) for t in committed[-context_tokens:]] + [("anchor", rnd.anchor, None)]
@@ -117,8 +118,10 @@ def stream_states(rounds: Sequence[StreamRound], tokenizer: Any, context_tokens:
             text = _piece(tokenizer, token)
             if column + len(text) > width and column > 0:
                 column, line = 0, line + 1
+            glyphs = text.lstrip(" ") or text
             rows.append({"round": r, "kind": kind, "token": int(token), "text": text, "x": column,
-                         "x2": column + len(text), "line": line, "confidence": confidence})
+                         "x2": column + len(text), "glyphs": glyphs, "x_glyphs": column + len(text) - len(glyphs),
+                         "line": line, "confidence": confidence})
             column += len(text)
         committed += [rnd.anchor] + list(rnd.drafted[:rnd.accepted])
     frame = pd.DataFrame(rows)
@@ -159,7 +162,7 @@ def stream_chart(streams: Mapping[str, Sequence[StreamRound]], tokenizer: Any, w
         scale_x, scale_y = alt.Scale(domain=[0, width]), alt.Scale(domain=[-1.5, lines], reverse=True)
         base = alt.Chart(states).transform_filter(at)
         text = base.mark_text(align="left", baseline="middle", font="monospace", fontSize=13).encode(
-            x=alt.X("x:Q", scale=scale_x, axis=None), y=alt.Y("line:Q", scale=scale_y, axis=None), text="text:N",
+            x=alt.X("x_glyphs:Q", scale=scale_x, axis=None), y=alt.Y("line:Q", scale=scale_y, axis=None), text="glyphs:N",
             color=color, tooltip=["kind:N", "text:N", "token:Q", alt.Tooltip("confidence:Q", format=".3f")])
         strike = base.transform_filter("datum.kind == 'rejected'").mark_rule(color=COLORS[3], strokeWidth=1.5).encode(
             x="x:Q", x2="x2:Q", y="line:Q")
