@@ -5,8 +5,8 @@ implements.
 
 Two layers. This folder is the method, what a reader of the paper needs, in reading order:
 
-  sampling      probabilities at a temperature, draws, the Gumbel-max trick
-  speculative   the drafter interface, lossless verification, the rollout loop
+  sampling      probabilities at a temperature, their total variation, draws, the Gumbel-max trick
+  speculative   the drafter interface, lossless verification, the rollout loop, Eq. 1
   baselines     target-only sampling and the classic drafter the engine is judged against
   record        the one record of rounds the engine writes and everything else reads
   kvcache       the target's KV cache across transformers versions, and its self-check

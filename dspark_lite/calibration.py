@@ -2,13 +2,14 @@
 paper section 3.2.1; chapter 05 of the book builds and measures them.
 
 The confidence head outputs, for every drafted position k = 1..gamma, a logit z_k with
-c_k = sigmoid(z_k) = sigmoid(w^T [h_k; W1[x_{k-1}]]) (Eq. 7): the probability that token k
-survives verification GIVEN all earlier tokens of the block survived (trained against the soft
-label 1 - TV of Eq. 8). The scheduler uses the predicted prefix survival
-a_k = prod_{i<=k} c_i (`record.predicted_survival`). STS recalibrates the head on a held-out
-split; Figure 6 reports raw AUROC 0.81-0.91 and ECE 3-8%, and ECE about 1% after STS. The
-baselines STS is measured against (per-position temperature scaling, isotonic regression) and
-the static-threshold sweep of Figure 5 live here too.
+c_k = sigmoid(z_k) = sigmoid(w^T [h_k; W1[x_{k-1}]] + b) (Eq. 7, with the bias b that
+`dspark.ConfidenceHead` has): the probability that token k survives verification GIVEN all
+earlier tokens of the block survived (trained against the soft label 1 - TV of Eq. 8). The
+scheduler uses the predicted prefix survival a_k = prod_{i<=k} c_i (`scheduler.survival`).
+STS recalibrates the head on a held-out split; Figure 6 reports raw AUROC 0.81-0.91 and ECE
+3-8%, and ECE about 1% after STS. The baselines STS is measured against (per-position
+temperature scaling, isotonic regression) and the static-threshold sweep of Figure 5 live here
+too (its cut, `scheduler.threshold_lengths`, is the static-threshold scheduler's).
 
 Data convention. One row per drafted block, all with the same gamma (`record.Rounds.full_blocks`):
   z[N, gamma]   the head's logits (c = sigmoid(z) where a probability is needed);
@@ -32,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from . import checks
-from .record import logit, predicted_survival, sigmoid
+from .record import logit, sigmoid
+from .scheduler import survival, threshold_lengths
 
 
 class CalibrationWarning(UserWarning):
@@ -167,7 +169,7 @@ def per_position_metrics(c: Any, n_accepted: Any, bins: int = 15) -> pd.DataFram
     c = checks.confidences(c)
     n_acc = checks.accepted_counts(n_accepted, c.shape[1], blocks=c.shape[0])
     bins = checks.positive_int(bins, "bins")
-    s, a = survival_targets(n_acc, c.shape[1]).astype(float), predicted_survival(c)  # [N, gamma] each
+    s, a = survival_targets(n_acc, c.shape[1]).astype(float), survival(c)  # [N, gamma] each
     rows = []
     for k in range(1, c.shape[1] + 1):
         reached = n_acc >= k - 1  # [N] the blocks that drafted position k
@@ -374,19 +376,9 @@ class IsotonicCalibration(Calibrator):
 # ----------------------------------------------------------------------------------------
 
 
-def threshold_lengths(c: Any, threshold: float, cumulative: bool = False) -> np.ndarray:
-    """Draft lengths l[N] a static threshold keeps: each block is cut before its
-    first position whose confidence c_k (or, with `cumulative`, whose survival a_k) is below
-    `threshold`, as DeepSpec's evaluation does; a threshold of 0 keeps every block whole."""
-    conf = checks.confidences(c)
-    threshold = checks.in_interval(threshold, "threshold", 0.0, 1.0)
-    below = (predicted_survival(conf) if cumulative else conf) < threshold
-    return np.where(below.any(axis=1), below.argmax(axis=1), conf.shape[1])
-
-
 def threshold_sweep(c: Any, n_accepted: Any, thresholds: Sequence[float], cumulative: bool = False) -> pd.DataFrame:
     """Figure 5 from recorded rollouts: per threshold, the mean accepted and
-    rejected draft tokens per round when each block is cut by `threshold_lengths`, the
+    rejected draft tokens per round when each block is cut by `scheduler.threshold_lengths`, the
     acceptance rate (accepted / verified drafts; NaN if nothing is drafted), tau (accepted + 1
     per round) and the tokens verified per round (drafts + 1). A block's acceptance does not
     depend on what follows it, so a cut block accepts min(l, n_accepted) of its drafts."""

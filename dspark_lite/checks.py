@@ -52,6 +52,14 @@ def positive_finite(values: Any, name: str) -> np.ndarray:
     return arr
 
 
+def finite_at_least(values: Any, name: str, low: float) -> np.ndarray:
+    """`values` (a number or an array) as float64; ValueError unless every one is finite and >= `low`."""
+    arr = float_array(values, name)
+    if not np.isfinite(arr).all() or np.any(arr < low):
+        raise ValueError(f"{name} must be finite and >= {low:g}; got {arr.tolist()}")
+    return arr
+
+
 def integers(values: Any, name: str) -> np.ndarray:
     """`values` as int64; ValueError unless they are whole numbers (ints, or floats without a fraction)."""
     arr = np.asarray(values)

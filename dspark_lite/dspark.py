@@ -20,8 +20,9 @@ weights load: markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight 
 and, for the RNN head, markov_head.joint_proj.{weight [3r, 2r + H], bias [3r]} whose
 output rows are the gate, candidate and output blocks in that order.
 
-Chapter 05 adds the `ConfidenceHead` (Eq. 7): c_k = sigmoid(w . [h_k; W1[x_{k-1}]]), trained
+Chapter 05 adds the `ConfidenceHead` (Eq. 7): c_k = sigmoid(w . [h_k; W1[x_{k-1}]] + b), trained
 jointly against 1 - TV (Eq. 8) or attached to a frozen drafter; the Draft carries c_1..c_gamma.
+The paper writes Eq. 7 without the bias b; DeepSpec's head, whose weights load here, has it.
 """
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from transformers import Cache, DynamicCache, PreTrainedModel, Qwen3ForCausalLM
 
 from . import checks
 from .runtime import model_device
+from .sampling import total_variation
 
 
 def _cache_keyword() -> str:
@@ -86,11 +87,6 @@ KV_CHECK_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 0
 SUPPORTED = "dspark_lite supports transformers 5.10.2 to 5.24.0 (see dspark_lite/kvcache.py)"
 
 
-def tv_distance(logits: Tensor, reference: Tensor) -> Tensor:
-    """Total variation between the softmaxes of two [N, V] logit rows, per row [N] (float32)."""
-    return 0.5 * (torch.softmax(logits.float(), -1) - torch.softmax(reference.float(), -1)).abs().sum(-1)
-
-
 @torch.inference_mode()
 def check_kv_cache(target: PreTrainedModel, prompt_ids: Tensor) -> float:
     """Score `prompt_ids` ([T] or [1, T], T >= 3) as the engine does, a prefill of all but the
@@ -110,7 +106,9 @@ def check_kv_cache(target: PreTrainedModel, prompt_ids: Tensor) -> float:
     remove_tokens(cache, 0)
     remove_tokens(cache, 2)
     rows.append(target(input_ids=ids[None, length - 2:], **cache_kwarg(cache), use_cache=True).logits[0])
-    tv = tv_distance(torch.cat(rows), torch.cat([reference[prefix - 1:], reference[length - 2:]]))
+    cached = torch.softmax(torch.cat(rows).float(), -1)  # [N, V]
+    uncached = torch.softmax(torch.cat([reference[prefix - 1:], reference[length - 2:]]).float(), -1)  # [N, V]
+    tv = total_variation(cached, uncached)  # [N]
     dtype = next(target.parameters()).dtype
     worst, tolerance = float(tv.max()), KV_CHECK_TOLERANCE.get(dtype, 0.1)
     where = (f"transformers {transformers.__version__} (torch {torch.__version__}, {str(dtype).replace('torch.', '')}, "

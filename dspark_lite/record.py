@@ -1,7 +1,7 @@
 """The record of rounds (chapter 02; read by every later chapter): what the engine writes and
 everything downstream reads, with the paper's measures on it: tau (footnote 3), prefix survival
-(DeepSpec's accept_rate@k), conditional acceptance (Figure 2) and the head's predicted prefix
-survival a_k (chapters 05-06, Algorithm 1's a_{r,j}).
+(DeepSpec's accept_rate@k) and conditional acceptance (Figure 2). The head's predicted prefix
+survival a_k (chapters 05-06, Algorithm 1's a_{r,j}) is `scheduler.survival`.
 
 One verification round is one row: how many drafts were proposed and accepted, whether an
 accepted end token stopped the round (DeepSpec's accounting, see `speculative.settle_round`),
@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import checks
+from .scheduler import survival
 
 
 def sigmoid(z: Any) -> np.ndarray:
@@ -222,14 +223,3 @@ def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
         survival *= checks.probability(alpha_k, f"alpha[{k - 1}] (a conditional acceptance probability)")
         expected += survival
     return expected
-
-
-# ----------------------------------------------------------------------------------------
-# What the head predicted
-# ----------------------------------------------------------------------------------------
-
-
-def predicted_survival(c: Any) -> np.ndarray:
-    """a_k = prod_{i<=k} c_i, the head's predicted prefix survival (Algorithm 1's a_{r,j}): the cumulative product of confidences c[N, gamma] (or one block's
-    c[gamma]) along positions, same shape back."""
-    return np.cumprod(checks.confidences(c, allow_1d=True), axis=-1)

@@ -1,8 +1,8 @@
 """Sampling (chapters 02-04): probabilities at a temperature (the p_t and p_d of section
-2's rejection rule), a draw from them, and the Gumbel-max trick the drafters use to draw
-a whole block's noise at once. Temperature 0 means greedy everywhere: a one-hot distribution
-at the argmax, and no randomness used. These trust their input: the engine checks the
-temperature at its door."""
+2's rejection rule), their total variation (1 - TV is the rule's acceptance probability), a
+draw from them, and the Gumbel-max trick the drafters use to draw a whole block's noise at
+once. Temperature 0 means greedy everywhere: a one-hot distribution at the argmax, and no
+randomness used. These trust their input: the engine checks the temperature at its door."""
 from __future__ import annotations
 
 import torch
@@ -17,6 +17,13 @@ def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
         one_hot = torch.zeros_like(logits)
         return one_hot.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     return torch.softmax(logits / temperature, dim=-1)
+
+
+def total_variation(p: Tensor, q: Tensor) -> Tensor:
+    """TV(p, q) = 0.5 * ||p - q||_1 over the last axis of probabilities p, q [..., V], in
+    float32, [...]: 1 - TV(p_d, p_t) is the probability that the rejection rule accepts a draft
+    sampled from p_d (the trainer's TV term, Eq. 8's soft label, the KV-cache self-check)."""
+    return 0.5 * (p.float() - q.float()).abs().sum(-1)
 
 
 def sample_from_probs(probs: Tensor, generator: torch.Generator | None) -> Tensor:

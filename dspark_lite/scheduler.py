@@ -30,7 +30,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import checks
-from .calibration import threshold_lengths
 from .stepcurve import StepCurve
 
 Scheduler = Callable[[ArrayLike, StepCurve], np.ndarray]  # (confidences [R, gamma], curve) -> lengths [R]
@@ -39,10 +38,12 @@ Scheduler = Callable[[ArrayLike, StepCurve], np.ndarray]  # (confidences [R, gam
 # ----------------------------------------------------------------------------- Algorithm 1
 
 
-def survival(confidences: ArrayLike) -> np.ndarray:
-    """Prefix survival a_{r,j} = prod_{i<=j} c_{r,i} (line 1) of confidences c[R, gamma]:
-    R >= 1 rows of gamma >= 1 finite probabilities in [0, 1], ValueError otherwise."""
-    return np.cumprod(checks.confidences(confidences), axis=1)  # [R, gamma]
+def survival(confidences: ArrayLike, *, allow_1d: bool = True) -> np.ndarray:
+    """Prefix survival a_{r,j} = prod_{i<=j} c_{r,i} (line 1), the head's predicted survival
+    of the first j drafts, of confidences c[R, gamma] (or one block's c[gamma]), same shape
+    back: finite probabilities in [0, 1], ValueError otherwise. The schedulers pass
+    allow_1d=False: they read R requests' blocks, never one block alone."""
+    return np.cumprod(checks.confidences(confidences, allow_1d=allow_1d), axis=-1)  # [R, gamma] or [gamma]
 
 
 def prefix_thetas(a: np.ndarray, curve: StepCurve) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +74,7 @@ def schedule(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     that would push B past the curve's largest profiled size is not allowed: the search
     stops there too.
     """
-    a = survival(confidences)  # [R, gamma]
+    a = survival(confidences, allow_1d=False)  # [R, gamma]
     checks.requests_fit(a.shape[0], curve)
     order, theta = prefix_thetas(a, curve)
     # Before the break every step improved, so the running best is the previous Theta.
@@ -85,7 +86,7 @@ def schedule(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
 def schedule_reference(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     """Algorithm 1 as a plain loop over candidates, line by line; the tests hold `schedule`
     to it exactly."""
-    a = survival(confidences)
+    a = survival(confidences, allow_1d=False)
     requests, gamma = a.shape
     checks.requests_fit(requests, curve)
     candidates = [(r, j) for r in range(requests) for j in range(1, gamma + 1) if a[r, j - 1] > 0]
@@ -112,7 +113,7 @@ def schedule_reference(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
 def prefix_throughputs(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     """Theta after each prefix of the candidate order: entry k takes the first k candidates
     (entry 0 drafts nothing)."""
-    a = survival(confidences)
+    a = survival(confidences, allow_1d=False)
     checks.requests_fit(a.shape[0], curve)
     return prefix_thetas(a, curve)[1]
 
@@ -121,7 +122,7 @@ def global_search(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     """The retrospective search: the best prefix of the candidate order, no break. It finds
     the optimum, but looks at confidences of tokens it then drops, which biases the output
     (Appendix A)."""
-    a = survival(confidences)
+    a = survival(confidences, allow_1d=False)
     checks.requests_fit(a.shape[0], curve)
     order, theta = prefix_thetas(a, curve)
     return _lengths(order, int(np.argmax(theta)), a.shape[0])
@@ -130,7 +131,7 @@ def global_search(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
 def expected_throughput(confidences: ArrayLike, lengths: ArrayLike, curve: StepCurve) -> float:
     """Theta(l) = tau(l) * SPS(B(l)) with tau = sum_r (1 + sum_{j<=l_r} a_{r,j}) and
     B = sum_r (1 + l_r)."""
-    a = survival(confidences)  # [R, gamma]
+    a = survival(confidences, allow_1d=False)  # [R, gamma]
     requests, gamma = a.shape
     l = checks.lengths_in_range(lengths, requests, gamma)  # [R]
     cumulative = np.concatenate([np.zeros((requests, 1)), np.cumsum(a, axis=1)], axis=1)  # [R, gamma + 1]
@@ -159,6 +160,16 @@ def mtp1(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     return np.ones(checks.confidences(confidences).shape[0], dtype=np.int64)
 
 
+def threshold_lengths(c: ArrayLike, threshold: float, cumulative: bool = False) -> np.ndarray:
+    """Draft lengths l[N] a static threshold keeps: each block of c[N, gamma] is cut before its
+    first position whose confidence c_k (or, with `cumulative`, whose survival a_k) is below
+    `threshold`, as DeepSpec's evaluation does; a threshold of 0 keeps every block whole."""
+    conf = checks.confidences(c)  # [N, gamma]
+    threshold = checks.in_interval(threshold, "threshold", 0.0, 1.0)
+    below = (survival(conf) if cumulative else conf) < threshold  # [N, gamma]
+    return np.where(below.any(axis=1), below.argmax(axis=1), conf.shape[1])
+
+
 def static_threshold(threshold: float, cumulative: bool = False) -> Scheduler:
     """Baseline: cut each block before its first confidence below `threshold` (DeepSpec's
     evaluation; threshold <= 0 keeps the whole block). cumulative=True cuts on the prefix
@@ -177,7 +188,8 @@ def asynchronous_schedule(stale_confidences: ArrayLike, current_confidences: Arr
     global search (no break) on the confidences of two steps earlier; the current step then
     takes its K largest survival probabilities (prefix-closed, ties by j). K cannot see the
     current tokens, so verification stays lossless."""
-    stale, a = survival(stale_confidences), survival(current_confidences)
+    stale = survival(stale_confidences, allow_1d=False)  # [R, gamma]
+    a = survival(current_confidences, allow_1d=False)  # [R, gamma]
     checks.requests_fit(stale.shape[0], curve)
     checks.requests_fit(a.shape[0], curve)
     capacity = int(np.argmax(prefix_thetas(stale, curve)[1]))

@@ -1,5 +1,6 @@
 """Speculative decoding (chapter 02): lossless verification and the rollout loop that Eq. 1 of
-chapter 02 times, L = (T_draft + T_verify) / tau, with the drafter interface they share.
+chapter 02 times, L = (T_draft + T_verify) / tau (`latency_per_token`), with the drafter
+interface they share.
 Paper section 2 (Leviathan et al. 2023, Chen et al. 2023).
 
 One round: the drafter proposes gamma tokens after the anchor (the last committed token, the
@@ -95,7 +96,7 @@ class Drafter(Protocol):
         self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None
     ) -> Draft:
         """Propose `gamma` >= 1 tokens, or fewer (at least 1) when the drafter stops early
-        (e.g. `drafters.EagleDrafter` after drafting an end id). `context_ids` [L] is every
+        (e.g. `eagle.EagleDrafter` after drafting an end id). `context_ids` [L] is every
         token so far (prompt and generated); its last is the anchor."""
         ...
 
@@ -318,8 +319,21 @@ def rounds_record(rows: Sequence[RoundRow], width: int) -> Rounds:
 
 
 # ----------------------------------------------------------------------------------------
-# Phase timing, wrapped around the drafter and the target forward
+# Eq. 1, and the phase timing that measures its terms around the drafter and the target forward
 # ----------------------------------------------------------------------------------------
+
+
+def latency_per_token(t_draft: Any, t_verify: Any, tau: Any, *, t_overhead: Any = 0.0) -> float | np.ndarray:
+    """Eq. 1, L = (T_draft + T_verify) / tau: the time per generated token of rounds that draft
+    for T_draft and verify for T_verify (per round, any one unit) and produce tau tokens each
+    (the correction or bonus token counted, so tau >= 1). `t_overhead`, the rest of a round
+    (`PhaseTimer`'s overhead), joins the numerator when given. Numbers or numpy arrays
+    (broadcast together); a float back when all are numbers. ValueError unless every time is
+    finite and >= 0 and every tau finite and >= 1."""
+    draft, verify, overhead = (checks.finite_at_least(t, name, 0.0) for t, name in
+                               ((t_draft, "t_draft"), (t_verify, "t_verify"), (t_overhead, "t_overhead")))
+    latency = (draft + verify + overhead) / checks.finite_at_least(tau, "tau", 1.0)
+    return float(latency) if np.ndim(latency) == 0 else latency
 
 
 class PhaseTimer:

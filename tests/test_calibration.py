@@ -10,7 +10,8 @@ import pytest
 from dspark_lite import calibration as cal
 from dspark_lite import checks
 from dspark_lite.calibration import CalibrationWarning
-from dspark_lite.record import logit, predicted_survival, sigmoid
+from dspark_lite.record import logit, sigmoid
+from dspark_lite.scheduler import survival, threshold_lengths
 from synthetic import synthetic_rollouts
 
 # An unexpected CalibrationWarning fails the test; expected ones are caught by pytest.warns.
@@ -116,8 +117,8 @@ def test_survival_targets_and_predicted_survival():
     s = cal.survival_targets([0, 2, 3], 3)
     np.testing.assert_array_equal(s, [[False, False, False], [True, True, False], [True, True, True]])
     c = np.array([[0.9, 0.5, 0.2], [0.4, 0.5, 0.5]])
-    np.testing.assert_allclose(predicted_survival(c), [[0.9, 0.45, 0.09], [0.4, 0.2, 0.1]])
-    np.testing.assert_allclose(predicted_survival([0.9, 0.5]), [0.9, 0.45])  # one block
+    np.testing.assert_allclose(survival(c), [[0.9, 0.45, 0.09], [0.4, 0.2, 0.1]])
+    np.testing.assert_allclose(survival([0.9, 0.5]), [0.9, 0.45])  # one block
 
 
 def test_per_position_metrics_matches_manual(rollouts):
@@ -168,7 +169,7 @@ def test_interval_and_count_checks_say_what_was_wrong():
     with pytest.raises(ValueError, match=r"eps must lie in \(0, 0.5\); got 0.5"):
         cal.IsotonicCalibration(eps=0.5)
     with pytest.raises(ValueError, match=r"threshold must lie in \[0, 1\]; got nan"):
-        cal.threshold_lengths(np.full((2, 3), 0.5), float("nan"))
+        threshold_lengths(np.full((2, 3), 0.5), float("nan"))
     with pytest.raises(ValueError, match="grid must be positive and finite"):
         cal.PerPositionTemperatureScaling(grid=[1.0, np.inf])
     with pytest.raises(ValueError, match="number of grid temperatures must be an integer >= 1; got 0"):
@@ -202,7 +203,7 @@ def test_pav_is_monotone_and_keeps_weighted_mean():
 
 
 def _mean_prefix_ece(c, n):
-    a, s = predicted_survival(c), cal.survival_targets(n, c.shape[1])
+    a, s = survival(c), cal.survival_targets(n, c.shape[1])
     return np.mean([cal.ece(a[:, k], s[:, k]) for k in range(c.shape[1])])
 
 
@@ -252,12 +253,12 @@ def test_sts_does_not_preserve_prefix_ranking_in_general(rollouts, sts):
     # Hand case with two temperatures: A = (0.9, 0.55) beats B = (0.6, 0.8) on the raw a_2,
     # and loses after T = (3, 1).
     c = np.array([[0.9, 0.55], [0.6, 0.8]])
-    a_raw = predicted_survival(c)[:, 1]
-    a_new = predicted_survival(cal.temperature_scale(logit(c), np.array([3.0, 1.0])))[:, 1]
+    a_raw = survival(c)[:, 1]
+    a_new = survival(cal.temperature_scale(logit(c), np.array([3.0, 1.0])))[:, 1]
     assert a_raw[0] > a_raw[1] and a_new[0] < a_new[1]
     # Even one shared temperature reorders a pair.
     c = np.array([[0.99, 0.3], [0.6, 0.6]])
-    a_raw, a_new = predicted_survival(c)[:, 1], predicted_survival(cal.temperature_scale(logit(c), 3.0))[:, 1]
+    a_raw, a_new = survival(c)[:, 1], survival(cal.temperature_scale(logit(c), 3.0))[:, 1]
     assert a_raw[0] < a_raw[1] and a_new[0] > a_new[1]
     # Measured on the rollouts: the AUROC of a_k, k >= 2, moves (here it rises, towards the
     # ranking by the true survival probability, which uses T = 3 exactly).
@@ -271,7 +272,7 @@ def test_sts_keeps_dominance_order(rollouts, sts):
     rng = np.random.default_rng(7)
     upper = rollouts.c[rollouts.test][:2000]
     lower = upper * rng.uniform(0.5, 1.0, size=upper.shape)  # dominated position by position
-    calibrated = lambda c: predicted_survival(sigmoid(sts.transform(logit(c))))
+    calibrated = lambda c: survival(sigmoid(sts.transform(logit(c))))
     assert np.all(calibrated(upper) >= calibrated(lower))
 
 
@@ -382,7 +383,7 @@ def test_confidences_are_checked_in_the_closed_unit_interval():
     with pytest.raises(ValueError, match=r"must lie in \[0, 1\]; got 1\.5 at row 2, position k=2"):
         cal.per_position_metrics(c, [0, 1, 2, 3, 3])
     with pytest.raises(ValueError, match=r"got 1\.5 at index 1"):
-        predicted_survival([0.5, 1.5])
+        survival([0.5, 1.5])
 
 
 def test_nan_and_wrong_shape_inputs_are_rejected():
@@ -446,9 +447,9 @@ def test_calibrator_misuse_is_rejected(rollouts):
 def test_threshold_sweep_cuts_at_the_first_low_confidence_and_counts_what_survives():
     c = np.array([[0.9, 0.4, 0.9], [0.8, 0.7, 0.2], [0.3, 0.9, 0.9]])
     accepted = np.array([3, 1, 0])
-    assert cal.threshold_lengths(c, 0.0).tolist() == [3, 3, 3]
-    assert cal.threshold_lengths(c, 0.5).tolist() == [1, 2, 0]
-    assert cal.threshold_lengths(c, 0.5, cumulative=True).tolist() == [1, 2, 0]  # 0.36 < 0.5 at k = 2
+    assert threshold_lengths(c, 0.0).tolist() == [3, 3, 3]
+    assert threshold_lengths(c, 0.5).tolist() == [1, 2, 0]
+    assert threshold_lengths(c, 0.5, cumulative=True).tolist() == [1, 2, 0]  # 0.36 < 0.5 at k = 2
     sweep = cal.threshold_sweep(c, accepted, [0.0, 0.5])
     assert sweep.loc[0.0, "accepted_per_round"] == pytest.approx(4 / 3)
     assert sweep.loc[0.0, "rejected_per_round"] == pytest.approx(5 / 3)
@@ -457,7 +458,7 @@ def test_threshold_sweep_cuts_at_the_first_low_confidence_and_counts_what_surviv
     assert sweep.loc[0.5, "tau"] == pytest.approx(5 / 3)
     assert sweep.loc[0.5, "verified_per_round"] == pytest.approx(2.0)
     with pytest.raises(ValueError, match=r"threshold must lie in \[0, 1\]"):
-        cal.threshold_lengths(c, 1.5)
+        threshold_lengths(c, 1.5)
 
 
 # ----------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dspark_lite import checks
-from dspark_lite.record import Rounds, logit, predicted_survival, sigmoid
+from dspark_lite.record import Rounds, logit, sigmoid
+from dspark_lite.scheduler import survival
 
 NAN = np.nan
 
@@ -84,4 +85,4 @@ def test_confidences_are_probabilities_in_the_closed_unit_interval():
             checks.confidences([[0.5, bad]])
     with pytest.raises(ValueError, match="must not be NaN"):
         checks.logits([[0.5, NAN]])
-    np.testing.assert_allclose(predicted_survival([0.5, 0.5, 1.0]), [0.5, 0.25, 0.25])
+    np.testing.assert_allclose(survival([0.5, 0.5, 1.0]), [0.5, 0.25, 0.25])

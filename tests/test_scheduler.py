@@ -48,6 +48,13 @@ def test_survival_is_the_cumulative_product_and_never_increases():
     assert np.all(np.diff(a, axis=1) <= 0)
 
 
+def test_survival_takes_one_block_too_but_the_schedulers_do_not():
+    c = np.array([[0.9, 0.5, 0.2], [0.4, 0.5, 0.5]])
+    np.testing.assert_allclose(survival(c[0]), survival(c)[0])  # one block: its row
+    with pytest.raises(ValueError, match=r"must have shape \(N, gamma\); got an array of shape \(3,\)"):
+        schedule(c[0], StepCurve.analytic(8, 4))
+
+
 @pytest.mark.parametrize("bad, message", [
     ([[0.5, 1.2]], r"must lie in \[0, 1\]; got 1.2 at row 0, position k=2"),
     ([[-0.1]], r"must lie in \[0, 1\]"),
@@ -62,7 +69,7 @@ def test_survival_is_the_cumulative_product_and_never_increases():
 
 def test_bad_confidences_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
-        survival(bad)
+        survival(bad, allow_1d=False)
     with pytest.raises(ValueError, match=message):
         schedule(bad, StepCurve.analytic(8, 4))
 

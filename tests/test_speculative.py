@@ -16,10 +16,11 @@ from reference import SIGNIFICANCE, chi_square_p_value
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite import checks
-from dspark_lite.sampling import gumbel_perturbed, probs_from_logits, sample_from_probs
+from dspark_lite.sampling import gumbel_perturbed, probs_from_logits, sample_from_probs, total_variation
 from dspark_lite.record import Rounds, conditional_acceptance, expected_tau_from_conditional, prefix_survival, tau
 from dspark_lite.baselines import ModelDrafter, autoregressive_generate, sample_autoregressive
-from dspark_lite.speculative import Draft, Drafter, rejection_sample, speculative_generate, verify_block
+from dspark_lite.speculative import (Draft, Drafter, latency_per_token, rejection_sample, speculative_generate,
+                                     verify_block)
 
 
 
@@ -135,6 +136,15 @@ def test_probs_from_logits_is_greedy_at_zero_temperature():
     logits = torch.tensor([[0.5, 2.0, -1.0]])
     assert torch.equal(probs_from_logits(logits, 0.0), torch.tensor([[0.0, 1.0, 0.0]]))
     assert torch.allclose(probs_from_logits(logits, 2.0), torch.softmax(logits / 2.0, -1))
+
+
+def test_total_variation_is_half_the_l1_distance_and_one_minus_the_acceptance():
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], dtype=torch.float64)  # [2, V]
+    q = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]], dtype=torch.float64)
+    tv = total_variation(p, q)
+    assert tv.dtype == torch.float32 and tv.tolist() == [0.5, 0.0]
+    torch.testing.assert_close(1 - tv, torch.minimum(p, q).sum(-1).float())  # the rejection rule's acceptance
+    assert total_variation(p[:, None].expand(2, 4, 3), q[:, None].expand(2, 4, 3)).shape == (2, 4)
 
 
 # ----------------------------------------------------------------------------------------
@@ -428,6 +438,24 @@ def test_phase_seconds_are_measured_only_when_timed(target, close_drafter):
     seconds = [getattr(timed, f"{phase}_seconds") for phase in phases]
     assert all(s > 0 for s in seconds) and timed.total_seconds == pytest.approx(sum(seconds))
     assert torch.equal(timed.tokens, plain.tokens)
+
+
+def test_latency_per_token_is_eq_1():
+    assert latency_per_token(0.02, 0.06, 4.0) == pytest.approx(0.02)  # (T_draft + T_verify) / tau
+    assert latency_per_token(0.02, 0.06, 4, t_overhead=0.04) == pytest.approx(0.03)
+    assert isinstance(latency_per_token(1, 1, 1), float)
+    np.testing.assert_allclose(latency_per_token(np.array([1.0, 2.0]), 2.0, np.array([1.0, 4.0])), [3.0, 1.0])
+    assert latency_per_token(0.0, 0.0, 1.0) == 0.0
+    for args, message in [((-0.1, 1.0, 2.0), "t_draft must be finite and >= 0"),
+                          ((0.1, math.nan, 2.0), "t_verify must be finite and >= 0"),
+                          ((0.1, 1.0, 0.5), "tau must be finite and >= 1"),
+                          ((0.1, 1.0, math.inf), "tau must be finite and >= 1"),
+                          ((0.1, np.array([1.0, -1.0]), 2.0), "t_verify must be finite and >= 0"),
+                          (("x", 1.0, 2.0), "t_draft must be numeric")]:
+        with pytest.raises(ValueError, match=message):
+            latency_per_token(*args)
+    with pytest.raises(ValueError, match="t_overhead must be finite and >= 0"):
+        latency_per_token(0.1, 0.1, 2.0, t_overhead=-1.0)
 
 
 class DoubledProbsDrafter(ModelDrafter):

@@ -57,7 +57,7 @@ def token_round(context: str, draft: Sequence[str], kept: int, own: str, title: 
     """One speculative round: the `context` so far, the drafter's block `draft` (gamma tokens),
     of which the first `kept` survive verification, and `own`, the token the target samples
     itself at the first rejected slot (or as the bonus when every draft survived). With `head`,
-    arrows from each drafted token into the next slot: the Markov or RNN head's input (chapter 04);
+    arrows from each drafted token into the next slot: the Markov or RNN head's input;
     without, every slot is drafted from the context alone (one parallel forward)."""
     if not 0 <= kept <= len(draft):
         raise ValueError(f"kept must be in 0..{len(draft)} (the drafted tokens), got {kept}")

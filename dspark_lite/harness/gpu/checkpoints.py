@@ -11,11 +11,12 @@ Qwen3 config with `num_hidden_layers` set to the draft layers and these fields a
     confidence_head_with_markov (with the head), markov_rank (0 for DFlash),
     markov_head_type ("vanilla" or "rnn", with a head), tie_word_embeddings false
 
-The tensors carry DeepSpec's module names, which `drafters.py` and `dspark.py` reuse, so the
-name table `KEY_MAP` is the identity on every drafter weight. Two released keys are copies of
-the target's own weights, which our drafters share instead of holding: `embed_tokens.weight`
-and `lm_head.weight` ([vocab, hidden] each). The loader checks their shapes against the target
-(that is how a drafter of another target is caught) and leaves them out of the drafter.
+The tensors carry DeepSpec's module names, which `hidden_drafter`, `dflash` and `dspark`
+reuse, so the name table `KEY_MAP` is the identity on every drafter weight. Two released keys
+are copies of the target's own weights, which our drafters share instead of holding:
+`embed_tokens.weight` and `lm_head.weight` ([vocab, hidden] each). The loader checks their
+shapes against the target (that is how a drafter of another target is caught) and leaves them
+out of the drafter.
 
 `load_released_dspark(source, target)` reads a local folder, or a hub id when the hub is reachable
 (never when HF_HUB_OFFLINE=1, then only the local hub cache), checks every key and shape, and

@@ -2,7 +2,7 @@
 (chapter 07).
 
 DeepSpec's Eagle3 drafters (deepseek-ai/eagle3_qwen3_{4b,8b,14b}_ttt7; architectures
-Qwen3Eagle3Model or Eagle3DraftModel) load into `drafters.EagleDrafter` through
+Qwen3Eagle3Model or Eagle3DraftModel) load into `eagle.EagleDrafter` through
 `load_released_eagle3`, which `load_released` calls for them; `save_released_eagle3` writes an
 EagleDrafter in their layout. The facts they rest on head the Eagle3 section at the end.
 """

@@ -7,7 +7,7 @@ request gets exactly what one-request verification would give it. `PackedBatch` 
 same forward the way a server with a varlen kernel does (see below). `time_batched_step` and
 `time_packed_step` time one such forward; `real_step_throughput` times whole scheduler steps
 against the prediction of the cost table (`costs.profile_step_curve`) that the serving
-simulator (`serving.simulate`) runs on.
+simulator (`simulator.simulate`) runs on.
 
 Padding convention for batched forwards. The cached contexts are LEFT-padded, so that
 every row's context ends in the same cache column; the query blocks [anchor + drafts] are
@@ -343,7 +343,7 @@ def real_step_throughput(target: PreTrainedModel, records: Rounds, schedulers: S
     step is timed with the varlen kernel (`time_packed_step`) and right-padded
     (`time_batched_step`), median of `repeats` each. One row per (R, scheduler): tokens per
     second predicted by the table (tokens over sum 1 / SPS(B)) and measured with each kernel.
-    `curve`: one step curve for every R, or one per R (`serving.curve_at` picks it).
+    `curve`: one step curve for every R, or one per R (`simulator.curve_at` picks it).
     """
     names = [resolve_scheduler(s) for s in schedulers]
     records = records.full_blocks()

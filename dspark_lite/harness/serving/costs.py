@@ -10,7 +10,7 @@ requests, each on a cached context) go through the target in one forward;
 `save_step_curve` / `load_step_curve` keep such a table as JSON, with `device_meta` saying
 where it was measured. `profile_step_curves` measures one table per concurrency R (B from R
 to R(gamma + 1), over exactly R requests), because on a CPU a step's time depends on how many
-requests' contexts it attends to, not only on B; `serving.curve_at` picks the table for an R.
+requests' contexts it attends to, not only on B; `simulator.curve_at` picks the table for an R.
 """
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ import pandas as pd
 
 from ... import checks
 from ...checks import lengths_in_range, positive_int
-from ...record import Rounds, logit, predicted_survival
+from ...record import Rounds, logit
 from ...progress import progress
-from ...scheduler import SCHEDULERS, Scheduler, asynchronous_schedule, static_threshold
+from ...scheduler import SCHEDULERS, Scheduler, asynchronous_schedule, static_threshold, survival
 from ...stepcurve import StepCurve
 
 
@@ -191,8 +191,8 @@ def simulate(records: Rounds, scheduler: str | Scheduler, curve: StepCurve, conc
 
 def _step_totals(current: np.ndarray, accepted: np.ndarray, lengths: np.ndarray, batch: int,
                  curve: StepCurve) -> np.ndarray:
-    survival = np.concatenate([np.zeros((current.shape[0], 1)), np.cumsum(predicted_survival(current), axis=1)], 1)
-    expected = current.shape[0] + survival[np.arange(current.shape[0]), lengths].sum()
+    cumulative = np.concatenate([np.zeros((current.shape[0], 1)), np.cumsum(survival(current), axis=1)], 1)
+    expected = current.shape[0] + cumulative[np.arange(current.shape[0]), lengths].sum()
     tokens = np.minimum(lengths, accepted).sum() + current.shape[0]
     return np.array([tokens, 1.0 / curve.sps(batch), lengths.sum(), batch, expected])
 

@@ -16,7 +16,8 @@ from ...runtime import device_generator, model_device
 from ...record import Rounds, conditional_acceptance, prefix_survival, tau
 from ...hidden_drafter import AnchorBatch
 from ...speculative import Drafter, Rollout, speculative_generate
-from ...training import TargetViews, TrainingSequences, block_targets, total_variation
+from ...sampling import total_variation
+from ...training import TargetViews, TrainingSequences, block_targets
 from .workers import fork_map, worker_processes
 
 if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path
@@ -173,6 +174,7 @@ def slot_acceptance(drafter: Drafter, target: torch.nn.Module, replies: Training
         draft_logits = output if isinstance(output, torch.Tensor) else output.logits  # [B, A, gamma, V]
         targets = block_targets(input_ids, logits.to(device), anchors, lengths, gamma)
         mask = targets.mask & (offsets < n_anchors[:, None]).to(device)[..., None]  # [B, A, gamma]
-        accept = (1 - total_variation(draft_logits, targets.probs)) * mask
+        draft_probs = torch.softmax(draft_logits.float(), dim=-1)  # [B, A, gamma, V]
+        accept = (1 - total_variation(draft_probs, targets.probs)) * mask
         out.append((accept.sum(1) / mask.sum(1)).cpu().numpy())  # [B, gamma]; 0/0 -> NaN
     return np.concatenate(out)

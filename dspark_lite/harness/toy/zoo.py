@@ -376,7 +376,7 @@ def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: Dr
                     study: ConfidenceStudy | None = None, seed: int = 0
                     ) -> tuple[Rounds, dict[str, evaluation.DomainAcceptance]]:
     """The recorded rollouts of the `kind` drafter fine-tuned from the trained
-    DSpark-Markov (`measured_acceptance` with `profile.confidence`'s sizes): the record of every
+    DSpark-Markov (`measured_acceptance` with `world.profile.confidence`'s sizes): the record of every
     full block (confidence logits z_1..z_gamma, accepted count, domain), which calibration is fitted
     on and the serving simulator replays, and the per-domain acceptance report it comes from."""
     recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
