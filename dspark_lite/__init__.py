@@ -15,12 +15,14 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
   dflash        the parallel DFlash backbone (Eq. 2-3)
   eagle         the EAGLE-3 style autoregressive baseline
   dspark        the Markov / RNN heads and the confidence head (Eq. 4-8)
-  training      the CE + TV block loss and the training loop (section 3.3)
+  training_data  the target's replies, their anchors and the frozen target's view (section 3.3)
+  loss          the CE + TV block loss and the confidence BCE (section 3.3, Eq. 8)
+  training      the training loop (section 3.3)
   calibration   ECE, AUROC and sequential temperature scaling (section 3.2.1)
   stepcurve     the hardware's step curve SPS(B) that Algorithm 1 reads
   scheduler     Algorithm 1 and the baselines it is measured against (section 3.2.2)
-  checks        the checks at the public entry points, in one place
-  runtime       plumbing both layers use: device, dtype and seeds
+  checks        the validators several modules share (each module checks its own inputs at its door)
+  runtime       plumbing both layers use: device, dtype, bf16 autocast and seeds
   progress      the one progress-bar policy (one bar a cell: the outermost)
   resume        interrupt-safe checkpoints and a training's resumable state
 

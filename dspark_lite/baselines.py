@@ -82,7 +82,7 @@ def autoregressive_generate(
     [B, T] (same length, no padding) returns [B, n] with the first end id repeated after a
     row's end (`sample_autoregressive`). Greedy at temperature 0."""
     checks.generation(max_new_tokens, temperature)
-    batch, ends = checks.prompt_batch(prompt_ids), checks.end_ids(eos_token_id)
+    batch, ends = _prompt_batch(prompt_ids), checks.end_ids(eos_token_id)
     with torch.inference_mode():
         generated = sample_autoregressive(target, batch.to(model_device(target)), max_new_tokens, temperature,
                                           generator, ends, use_cache).to(prompt_ids.device)
@@ -141,3 +141,15 @@ class ModelDrafter:
         """Crop the cache to the context, the anchor included, plus the accepted drafts."""
         keep = self.context_length + n_accepted
         remove_tokens(self.cache, max(0, self.cache.get_seq_length() - keep))
+
+
+# --- checks (this module's door)
+
+
+def _prompt_batch(prompt_ids: Tensor) -> Tensor:
+    """Prompts [T] or [B, T] (T >= 1) as a LongTensor [B, T] (B = 1 for [T]); ValueError otherwise."""
+    if prompt_ids.dim() == 1:
+        return checks.prompt(prompt_ids)[None]
+    if prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
+        raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
+    return prompt_ids.long()

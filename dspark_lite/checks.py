@@ -1,8 +1,17 @@
-"""The checks at the public entry points, in one place (chapter 02 shows the engine's door): the engine (`prompt`, `generation`,
-`layer_ids`, and the per-round `draft` check the engine runs only when asked), the record of
-rounds (`round_columns`), the confidences and logits calibration (chapter 05) and the scheduler read, the
-step curve, and the drafters' constructors, `start`, `accept` and `draft` (`layer_ids`,
-`target_hidden`, `drafter_round`). One wording for one mistake, saying what was wrong and where.
+"""The validators several modules share (chapter 02 shows the engine's door), one per concept:
+numbers and arrays (`positive_int`, `in_interval`, `positive_finite`, `float_array`,
+`probability`), confidences and their logits (`confidences`, `logits`), a batch of requests
+against a step curve (`lengths_in_range`, `requests_fit`), prompts and end ids (`prompt`,
+`generation`, `end_ids`), the target layers a drafter reads (`layer_ids`) and a training's
+final loss (`finite_loss`). One wording for one mistake, saying what was wrong and where.
+
+Every other module checks its own inputs at its doors, inline or in a short checks section at
+its end; the drafters' protocol invariants (`drafter_round` and its kin) sit with the protocol
+in `hidden_drafter`. Two modules near the line limit keep their checks here for now:
+calibration (chapter 05: `accepted_counts`, `calibration_split`, `fitted_logits`,
+`weighted_values`, `outcomes`) and the engine (`speculation`, `measured_seconds`,
+`draft_length`, `finite_at_least`, and `draft`, the per-round check the engine runs only when
+asked).
 """
 from __future__ import annotations
 
@@ -14,6 +23,11 @@ import torch
 from torch import Tensor
 
 PROB_SUM_TOLERANCE = 1e-3  # how far a draft's probability row may sum from 1
+
+
+# ----------------------------------------------------------------------------------------
+# Numbers, arrays and confidences
+# ----------------------------------------------------------------------------------------
 
 
 def positive_int(value: Any, name: str, minimum: int = 1) -> int:
@@ -60,21 +74,6 @@ def finite_at_least(values: Any, name: str, low: float) -> np.ndarray:
     return arr
 
 
-def integers(values: Any, name: str) -> np.ndarray:
-    """`values` as int64; ValueError unless they are whole numbers (ints, or floats without a fraction)."""
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "iuf" or not np.array_equal(arr, np.round(arr)):
-        raise ValueError(f"{name} must be integers; got {arr.tolist()}")
-    return arr.astype(np.int64)
-
-
-def has_keys(data: Any, keys: Sequence[str], what: str) -> None:
-    """ValueError unless the mapping `data` holds every one of `keys`."""
-    missing = sorted(set(keys) - set(data))
-    if missing:
-        raise ValueError(f"{what} needs keys {sorted(keys)}; missing {missing}")
-
-
 def _where(flat_index: int, shape: tuple[int, ...]) -> str:
     """'row 3, position k=2' for a 2-D array, 'index 3' for a 1-D one (k is 1-based)."""
     if len(shape) == 1:
@@ -115,34 +114,9 @@ def confidences(c: Any, *, allow_1d: bool = False, name: str = "confidences") ->
     return arr
 
 
-def confidence_trials(c: Any) -> np.ndarray:
-    """Confidences of many trials, c[N, R, gamma] with N >= 1, as float64 (each trial's
-    [R, gamma] is checked by the scheduler that reads it); ValueError otherwise."""
-    arr = float_array(c, "confidences")
-    if arr.ndim != 3 or arr.shape[0] == 0:
-        raise ValueError(f"confidences must be shaped (N trials >= 1, R, gamma); got {arr.shape}")
-    return arr
-
-
 def probability(value: Any, name: str) -> float:
     """`value` as a float; ValueError unless it is a number in [0, 1] (`in_interval`'s wording)."""
     return in_interval(value, name, 0.0, 1.0)
-
-
-def distribution(p: Any, name: str) -> np.ndarray:
-    """A probability vector p[V] as float64: finite, non-negative, summing to 1 (within 1e-9)."""
-    arr = float_array(p, name)
-    if arr.ndim != 1 or arr.size == 0 or not np.isfinite(arr).all() or arr.min() < 0 or abs(arr.sum() - 1) > 1e-9:
-        raise ValueError(f"{name} must be a 1-D probability vector summing to 1; got {arr.tolist()}")
-    return arr
-
-
-def series(values: Any, name: str) -> np.ndarray:
-    """`values` as a non-empty 1-D float64 array; ValueError otherwise."""
-    arr = float_array(values, name)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array; got shape {arr.shape}")
-    return arr
 
 
 def logits(z: Any, *, allow_1d: bool = False, name: str = "confidence logits") -> np.ndarray:
@@ -154,6 +128,18 @@ def logits(z: Any, *, allow_1d: bool = False, name: str = "confidence logits") -
         i = int(np.flatnonzero(np.isnan(arr))[0])
         raise ValueError(f"{name} must not be NaN (a position without a confidence); got NaN at {_where(i, arr.shape)}")
     return arr
+
+
+def requests_fit(requests: int, curve: Any) -> None:
+    """ValueError unless R requests, one anchor each, fit the step curve: min_batch <= R <= max_batch."""
+    if not curve.min_batch <= requests <= curve.max_batch:
+        raise ValueError(f"R = {requests} requests need a batch of at least {requests} tokens, but the step "
+                         f"curve covers [{curve.min_batch}, {curve.max_batch}]")
+
+
+# ----------------------------------------------------------------------------------------
+# Calibration (`calibration`: its metrics and each calibrator's `fit` and `transform`)
+# ----------------------------------------------------------------------------------------
 
 
 def accepted_counts(n_accepted: Any, gamma: int, blocks: int | None = None) -> np.ndarray:
@@ -173,57 +159,6 @@ def accepted_counts(n_accepted: Any, gamma: int, blocks: int | None = None) -> n
         raise ValueError(f"n_accepted must hold integers in 0..{gamma} (accepted draft tokens per block); "
                          f"got {arr[i]} at index {i}")
     return values.astype(np.int64)
-
-
-def round_columns(proposed: Any, accepted: Any, ended_in_draft: Any, logits_: Any,
-                  domain: Any) -> tuple[np.ndarray, ...]:
-    """The columns of a `record.Rounds`, checked and converted (int64, int64, bool, float32
-    [N, G], object strings)."""
-    p, a = np.asarray(proposed), np.asarray(accepted)
-    n = p.shape[0] if p.ndim == 1 else -1
-    if p.ndim != 1 or a.shape != (n,):
-        raise ValueError(f"proposed and accepted must be 1-D of one length; got shapes {p.shape} and {a.shape}")
-    for values, what in ((p, "proposed"), (a, "accepted")):
-        if values.size and (values.dtype.kind not in "iuf" or not np.array_equal(values, np.round(values))):
-            raise ValueError(f"{what} must hold integers; got {values.dtype} values")
-    p, a = p.astype(np.int64), a.astype(np.int64)
-    if n and ((a < 0).any() or (a > p).any()):
-        i = int(np.flatnonzero((a < 0) | (a > p))[0])
-        raise ValueError(f"each round needs 0 <= accepted <= proposed; round {i} has accepted {a[i]} of {p[i]}")
-    e = np.asarray(ended_in_draft)
-    e = e.astype(bool) if e.size == 0 else e  # an empty list comes as float64
-    if e.shape != (n,) or (e.size and e.dtype != bool):
-        raise ValueError(f"ended_in_draft must be {n} booleans; got {e.dtype} of shape {e.shape}")
-    if (e & ~((a == p) & (p >= 1))).any():
-        raise ValueError("a round with ended_in_draft needs accepted == proposed >= 1 (the drafts up to and including "
-                         "the end token)")
-    z = float_array(logits_, "logits").astype(np.float32)
-    if z.ndim != 2 or z.shape[0] != n or z.shape[1] < int(p.max(initial=0)):
-        raise ValueError(f"logits must be shaped (N = {n}, G >= the most proposed, {int(p.max(initial=0))}); "
-                         f"got {z.shape}")
-    beyond = np.arange(z.shape[1])[None, :] >= p[:, None]
-    if (~np.isnan(z) & beyond).any():
-        raise ValueError("logits past a round's proposed drafts must be NaN (no draft, no confidence)")
-    d = np.asarray(domain, dtype=object)
-    if d.shape != (n,) or not all(isinstance(x, str) for x in d):
-        raise ValueError(f"domain must be {n} strings, one per round; got shape {d.shape}")
-    return p, a, e.astype(bool), z, d
-
-
-def some_rounds(rounds: Any, record_type: type) -> Any:
-    """`rounds` itself: a `record.Rounds` (`record_type`) holding at least one round; ValueError otherwise."""
-    if not isinstance(rounds, record_type):
-        raise ValueError(f"expected a Rounds record, got {type(rounds).__name__}")
-    if len(rounds) == 0:
-        raise ValueError("no rounds recorded; expected at least one round")
-    return rounds
-
-
-def full_blocks_found(kept: int, gamma: int, rounds: int, widest: int) -> None:
-    """ValueError unless some round proposed a whole block of `gamma` drafts with confidences."""
-    if kept == 0:
-        raise ValueError(f"no round proposed a full block of gamma = {gamma} drafts with confidences "
-                         f"({rounds} rounds, the widest {widest})")
 
 
 def calibration_split(z: Any, n_accepted: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -280,46 +215,6 @@ def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return pred, out
 
 
-def step_curve(sizes: Any, steps_per_second: Any, meta: Any, max_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """A step curve's columns (`stepcurve.StepCurve`): batch sizes as int64, strictly increasing
-    from >= 1 up to `max_size`, and their positive finite rates as float64."""
-    sizes = np.asarray(sizes)
-    sps = np.asarray(steps_per_second, dtype=np.float64)
-    if sizes.ndim != 1 or sizes.size == 0:
-        raise ValueError(f"sizes must be a non-empty 1-D list of batch sizes; got shape {sizes.shape}")
-    if sps.shape != sizes.shape:
-        raise ValueError(f"sizes and steps_per_second must have the same length; got {sizes.size} sizes "
-                         f"and {sps.size} rates")
-    sizes = integers(sizes, "batch sizes")
-    if sizes[0] < 1:
-        raise ValueError(f"batch sizes must be positive (>= 1); got {sizes.tolist()}")
-    if np.any(np.diff(sizes) <= 0):
-        raise ValueError(f"batch sizes must be strictly increasing, without duplicates; got {sizes.tolist()}")
-    if sizes[-1] > max_size:
-        raise ValueError(f"batch sizes up to {max_size} are supported; got {sizes[-1]}")
-    if not isinstance(meta, dict):
-        raise ValueError(f"meta must be a dict; got {type(meta).__name__}")
-    return sizes, positive_finite(sps, "steps per second")
-
-
-def batch_sizes(batch: Any, low: int, high: int) -> np.ndarray:
-    """Batch sizes B (a number or an array) as int64, each inside a step curve's profiled range
-    [low, high]; ValueError otherwise (the curve refuses to extrapolate)."""
-    b = integers(batch, "batch sizes")
-    outside = (b < low) | (b > high)
-    if np.any(outside):
-        raise ValueError(f"batch size(s) {np.unique(b[outside]).tolist()} outside the profiled range "
-                         f"[{low}, {high}]; StepCurve refuses to extrapolate: profile those sizes")
-    return b
-
-
-def requests_fit(requests: int, curve: Any) -> None:
-    """ValueError unless R requests, one anchor each, fit the step curve: min_batch <= R <= max_batch."""
-    if not curve.min_batch <= requests <= curve.max_batch:
-        raise ValueError(f"R = {requests} requests need a batch of at least {requests} tokens, but the step "
-                         f"curve covers [{curve.min_batch}, {curve.max_batch}]")
-
-
 # ----------------------------------------------------------------------------------------
 # The engine
 # ----------------------------------------------------------------------------------------
@@ -342,15 +237,6 @@ def prompt(prompt_ids: Tensor, min_length: int = 1) -> Tensor:
         raise ValueError("prompt_ids is empty; expected at least one token")
     if prompt_ids.numel() < min_length:
         raise ValueError(f"prompt_ids must hold at least {min_length} tokens, got {prompt_ids.numel()}")
-    return prompt_ids.long()
-
-
-def prompt_batch(prompt_ids: Tensor) -> Tensor:
-    """Prompts [T] or [B, T] (T >= 1) as a LongTensor [B, T] (B = 1 for [T]); ValueError otherwise."""
-    if prompt_ids.dim() == 1:
-        return prompt(prompt_ids)[None]
-    if prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
-        raise ValueError(f"prompt_ids must have shape [T] or [B, T] with T >= 1, got {tuple(prompt_ids.shape)}")
     return prompt_ids.long()
 
 
@@ -488,147 +374,8 @@ def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# The drafters: their constructors, `start`, `accept`, `draft` and training forwards
+# Training (`training`, and the harness's toy target)
 # ----------------------------------------------------------------------------------------
-
-
-def head_counts(num_heads: int, num_kv_heads: int) -> None:
-    """ValueError unless the query heads split evenly over the key/value heads (grouped-query)."""
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads {num_heads} must be a multiple of num_kv_heads {num_kv_heads}")
-
-
-def token_id(value: Any, vocab_size: int, name: str) -> int:
-    """`value` as an int; ValueError unless it is an id of the target's vocabulary."""
-    if not 0 <= int(value) < vocab_size:
-        raise ValueError(f"{name} {value} is outside the target's vocabulary [0, {vocab_size})")
-    return int(value)
-
-
-def shareable(embed: Any, lm_head: Any) -> None:
-    """ValueError unless the target has an input embedding and an LM head for a drafter to share."""
-    if embed is None or lm_head is None:
-        raise ValueError("the target must expose an input embedding and an LM head to share")
-
-
-def target_hidden(hidden: Tensor | None, axes: int, width: int) -> None:
-    """ValueError unless the target's selected hidden states have `axes` axes, the last `width`
-    (= len(target_layer_ids) * hidden_size)."""
-    if hidden is None or hidden.dim() != axes or hidden.shape[-1] != width:
-        shape = None if hidden is None else tuple(hidden.shape)
-        raise ValueError(f"target hidden states must have {axes} axes ending in len(target_layer_ids) * "
-                         f"hidden_size = {width}, got {shape}")
-
-
-def anchor_positions(anchors: Tensor, low: int, high: int, who: str) -> None:
-    """ValueError unless every anchor position lies in [low, high]."""
-    if bool((anchors < low).any()) or bool((anchors > high).any()):
-        raise ValueError(f"anchor_pos must lie in [{low}, {high}] for {who}, got {anchors.tolist()}")
-
-
-def anchor_batch(block_ids: Tensor, anchor_pos: Tensor, low: int, high: int) -> None:
-    """ValueError unless blocks [B, G] come with anchors [B], or [B, A, G] with [B, A], each in [low, high]."""
-    if block_ids.dim() not in (2, 3) or tuple(anchor_pos.shape) != tuple(block_ids.shape[:-1]):
-        raise ValueError(f"block ids must be [B, gamma] with anchor_pos [B], or [B, A, gamma] with [B, A]; got "
-                         f"{tuple(block_ids.shape)} and {tuple(anchor_pos.shape)}")
-    anchor_positions(anchor_pos, low, high, "this context")
-
-
-def drafter_started(context_length: int | None, who: str) -> None:
-    """ValueError when a drafter is used before `start` (it then holds no context: None)."""
-    if context_length is None:
-        raise ValueError(f"{who} used before start(); call start(prompt_ids, target_hidden) first")
-
-
-def drafter_round(context_length: int | None, context_ids: Tensor, gamma: int, block_size: int | None,
-                  who: str) -> None:
-    """ValueError unless the drafter was started, holds context for every position before the
-    anchor (the last of `context_ids`), and 1 <= gamma (<= block_size, when it has one)."""
-    drafter_started(context_length, who)
-    if block_size is None:
-        positive_int(gamma, "gamma")
-    elif not 1 <= gamma <= block_size:
-        raise ValueError(f"gamma must be in [1, block_size = {block_size}] for this drafter, got {gamma}")
-    anchor_position = context_ids.shape[0] - 1
-    if context_length != anchor_position:
-        raise ValueError(f"the drafter holds context for {context_length} positions but the anchor sits at "
-                         f"position {anchor_position}; expected equal (did the loop skip accept()?)")
-
-
-def accepted_rows(n_accepted: int, rows: int) -> None:
-    """ValueError unless `accept` got hidden states for the anchor and each accepted draft."""
-    if rows != n_accepted + 1:
-        raise ValueError(f"expected hidden states for n_accepted + 1 = {n_accepted + 1} positions, got {rows}")
-
-
-def one_of(value: Any, choices: Sequence[Any], what: str) -> None:
-    """ValueError unless `value` is one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"unknown {what} {value!r}; expected one of {tuple(choices)}")
-
-
-def confidence_head(head: Any) -> None:
-    """ValueError when a DSpark drafter without a confidence head is asked for confidences."""
-    if head is None:
-        raise ValueError("this DSpark drafter has no confidence head; build it with confidence_head=True "
-                         "or call add_confidence_head()")
-
-
-def same_shapes(ours: dict[str, Any], theirs: dict[str, Any], what: str) -> None:
-    """ValueError unless two state_dicts' key -> shape maps agree; names the first keys that differ."""
-    if ours != theirs:
-        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
-        raise ValueError(f"{what}: keys {differ[:4]} differ in name or shape")
-
-
-# ----------------------------------------------------------------------------------------
-# Training (`training`, `resume`)
-# ----------------------------------------------------------------------------------------
-
-
-def training_sequences(sequences: Sequence[Tensor], prompt_lengths: Sequence[int]) -> None:
-    """ValueError unless each sequence is 1-D with a prompt of >= 1 token and a reply of >= 2
-    (one anchor and one target), one prompt length per sequence."""
-    if len(sequences) != len(prompt_lengths):
-        raise ValueError(f"{len(sequences)} sequences but {len(prompt_lengths)} prompt lengths")
-    for index, (seq, prompt_length) in enumerate(zip(sequences, prompt_lengths)):
-        if seq.dim() != 1 or not 1 <= prompt_length <= seq.shape[0] - 2:
-            raise ValueError(f"sequence {index}: needs a 1-D tensor with a prompt of >= 1 token and a reply of "
-                             f">= 2 tokens (one anchor and one target), got length {tuple(seq.shape)} and "
-                             f"prompt {prompt_length}")
-
-
-def drafters_to_train(drafters: Any, target: Any) -> tuple[int, ...] | None:
-    """The target layers the drafters (a mapping name -> drafter) read, checked: at least one
-    drafter, all reading the same layers (they share one view of the target), and none holding
-    a target parameter (the target, its embedding and LM head included, stays frozen)."""
-    positive_int(len(drafters), "the number of drafters")
-    layers = {None if d.target_layer_ids is None else tuple(d.target_layer_ids) for d in drafters.values()}
-    if len(layers) != 1:
-        raise ValueError(f"drafters trained together must read the same target layers, got {sorted(map(str, layers))}")
-    target_parameters = {id(p) for p in target.parameters()}
-    for drafter in drafters.values():
-        shared = [name for name, p in drafter.named_parameters() if id(p) in target_parameters]
-        if shared:
-            raise ValueError(f"drafter parameters {shared} belong to the target; the target must stay frozen")
-    return layers.pop()
-
-
-def checkpoint_runs(saved: Any, runs: Any, path: Any) -> None:
-    """ValueError unless the checkpoint at `path` holds exactly the named runs being trained."""
-    if set(saved) != set(runs):
-        raise ValueError(f"{path} holds drafters {sorted(saved)}, not {sorted(runs)}; delete it")
-
-
-def device(name: str) -> torch.device:
-    """`name` as a torch device; ValueError unless torch knows it and, for CUDA, a GPU is visible."""
-    try:
-        resolved = torch.device(name)
-    except RuntimeError as exc:
-        raise ValueError(f"DEVICE={name!r} is not a torch device (try 'auto', 'cpu' or 'cuda')") from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"DEVICE={name!r} but no CUDA GPU is visible; use DEVICE='auto' or 'cpu'")
-    return resolved
 
 
 def finite_loss(loss: float, who: str) -> None:

@@ -24,9 +24,9 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
-from . import checks
 from .attention import DraftAttention, KVPair, RMSNorm, cat_kv
-from .hidden_drafter import AnchorBatch, BlockOutput, HiddenStateDrafter, sample_slots
+from .hidden_drafter import (AnchorBatch, BlockOutput, HiddenStateDrafter, accepted_rows, anchor_positions,
+                             drafter_round, drafter_started, sample_slots)
 from .speculative import Draft
 
 
@@ -99,7 +99,7 @@ class DFlashDrafter(HiddenStateDrafter):
     def __init__(self, target: PreTrainedModel, cfg: DFlashConfig, seed: int = 0, fuse_context: bool = True) -> None:
         super().__init__(target, cfg, cfg.block_size, "block_size")
         self.cfg = cfg
-        self.mask_token_id = checks.token_id(cfg.mask_token_id, self.vocab_size, "mask_token_id")
+        self.mask_token_id = _token_id(cfg.mask_token_id, self.vocab_size, "mask_token_id")
         self.hidden_norm = RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         self.finish_init(seed)
@@ -146,7 +146,7 @@ class DFlashDrafter(HiddenStateDrafter):
         positions < anchor_pos and its own block. Returns [B, G, H] (or [B, A, G, H]).
         """
         hidden = self.checked_hidden(context_hidden, 3)
-        checks.anchor_batch(block_ids, anchor_pos, low=0, high=hidden.shape[1])
+        _anchor_batch(block_ids, anchor_pos, low=0, high=hidden.shape[1])
         single = block_ids.dim() == 2
         blocks = block_ids.to(self.device).reshape(block_ids.shape[0], -1, block_ids.shape[-1])  # [B, A, G]
         anchors = anchor_pos.to(self.device).long().reshape(blocks.shape[:2])  # [B, A]
@@ -202,9 +202,9 @@ class DFlashDrafter(HiddenStateDrafter):
     @torch.inference_mode()
     def accept(self, n_accepted: int, new_target_hidden: Tensor | None) -> None:
         """Add the anchor's and the accepted drafts' hidden states [n_accepted + 1, m*H] to the context."""
-        checks.drafter_started(self.context_length, type(self).__name__)
+        drafter_started(self.context_length, type(self).__name__)
         hidden = self.checked_hidden(new_target_hidden, 2)
-        checks.accepted_rows(n_accepted, hidden.shape[0])
+        accepted_rows(n_accepted, hidden.shape[0])
         self._pending = torch.cat([self._pending, hidden])
         if not self.fuse_context:
             self.project_pending()
@@ -221,7 +221,7 @@ class DFlashDrafter(HiddenStateDrafter):
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """Run one block at the anchor (the last of `context_ids`, every token so far) and
         sample its first gamma slots."""
-        checks.drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
+        drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
         hidden = self.next_block_hidden(context_ids)
         return sample_slots(self.logits_from_hidden(hidden[:gamma]), temperature, generator)
 
@@ -250,3 +250,21 @@ class DFlashDrafter(HiddenStateDrafter):
             cache.append(cat_kv(kv, pending_kv))
         self._context_kv, self._pending = cache, self._pending[:0]
         return self.norm(x)[0]
+
+
+# --- checks (this module's door)
+
+
+def _token_id(value: int, vocab_size: int, name: str) -> int:
+    """`value` as an int; ValueError unless it is an id of the target's vocabulary."""
+    if not 0 <= int(value) < vocab_size:
+        raise ValueError(f"{name} {value} is outside the target's vocabulary [0, {vocab_size})")
+    return int(value)
+
+
+def _anchor_batch(block_ids: Tensor, anchor_pos: Tensor, low: int, high: int) -> None:
+    """ValueError unless blocks [B, G] come with anchors [B], or [B, A, G] with [B, A], each in [low, high]."""
+    if block_ids.dim() not in (2, 3) or tuple(anchor_pos.shape) != tuple(block_ids.shape[:-1]):
+        raise ValueError(f"block ids must be [B, gamma] with anchor_pos [B], or [B, A, gamma] with [B, A]; got "
+                         f"{tuple(block_ids.shape)} and {tuple(anchor_pos.shape)}")
+    anchor_positions(anchor_pos, low, high, "this context")

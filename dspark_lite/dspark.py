@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from . import checks
 from .dflash import DFlashConfig, DFlashDrafter
-from .hidden_drafter import AnchorBatch, BlockOutput
+from .hidden_drafter import AnchorBatch, BlockOutput, drafter_round
 from .sampling import gumbel_perturbed, probs_from_logits
 from .speculative import Draft
 
@@ -120,7 +120,7 @@ class ConfidenceHead(nn.Module):
 
 def make_head(head_type: str, vocab_size: int, rank: int, hidden_size: int) -> MarkovHead:
     """A fresh head of `head_type` ("markov" or "rnn")."""
-    checks.one_of(head_type, HEAD_TYPES, "head type")
+    _one_of(head_type, HEAD_TYPES, "head type")
     return MarkovHead(vocab_size, rank) if head_type == "markov" else RNNHead(vocab_size, rank, hidden_size)
 
 
@@ -203,7 +203,7 @@ class DSparkDrafter(DFlashDrafter):
     def confidence_logits(self, hidden: Tensor, prev_tokens: Tensor) -> Tensor:
         """The confidence logits z_k [..., G] (float32; c_k = sigmoid(z_k)) for slot hidden states
         [..., G, H] and the tokens before the slots [..., G]."""
-        checks.confidence_head(self.confidence_head)
+        _confidence_head(self.confidence_head)
         return self.confidence_head(hidden, self.markov_head.prev_embedding(prev_tokens)).float()
 
     def load_backbone(self, backbone: DFlashDrafter) -> "DSparkDrafter":
@@ -212,7 +212,7 @@ class DSparkDrafter(DFlashDrafter):
         heads = ("markov_head.", "confidence_head.")
         ours = {k: v.shape for k, v in self.state_dict().items() if not k.startswith(heads)}
         theirs = {k: v.shape for k, v in backbone.state_dict().items()}
-        checks.same_shapes(ours, theirs, f"{type(backbone).__name__} is not a DFlash backbone of this drafter")
+        _same_shapes(ours, theirs, f"{type(backbone).__name__} is not a DFlash backbone of this drafter")
         self.load_state_dict(backbone.state_dict(), strict=False)
         with torch.no_grad():
             self.markov_head.markov_w2.weight.zero_()
@@ -240,7 +240,7 @@ class DSparkDrafter(DFlashDrafter):
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """One parallel block forward at the anchor (the last of `context_ids`, every token so
         far), then the head's left-to-right sampling loop over gamma slots."""
-        checks.drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
+        drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
         hidden = self.next_block_hidden(context_ids)[:gamma]  # [gamma, H]
         draft = sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, context_ids[-1],
                              temperature, generator)
@@ -248,3 +248,26 @@ class DSparkDrafter(DFlashDrafter):
             prev = torch.cat([context_ids[-1:].to(draft.tokens.device), draft.tokens[:-1]])
             draft.confidence_logits = self.confidence_logits(hidden, prev)
         return draft
+
+
+# --- checks (this module's door)
+
+
+def _one_of(value: str, choices: tuple[str, ...], what: str) -> None:
+    """ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {tuple(choices)}")
+
+
+def _confidence_head(head: nn.Module | None) -> None:
+    """ValueError when a DSpark drafter without a confidence head is asked for confidences."""
+    if head is None:
+        raise ValueError("this DSpark drafter has no confidence head; build it with confidence_head=True "
+                         "or call add_confidence_head()")
+
+
+def _same_shapes(ours: dict[str, torch.Size], theirs: dict[str, torch.Size], what: str) -> None:
+    """ValueError unless two state_dicts' key -> shape maps agree; names the first keys that differ."""
+    if ours != theirs:
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        raise ValueError(f"{what}: keys {differ[:4]} differ in name or shape")

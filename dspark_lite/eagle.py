@@ -21,10 +21,11 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
-from . import checks
 from .attention import DraftAttention, KVPair, RMSNorm, cat_kv
-from .hidden_drafter import AnchorBatch, BlockOutput, HiddenStateDrafter, sample_slots
-from .speculative import Draft, end_ids as as_end_ids
+from .checks import end_ids as as_end_ids
+from .hidden_drafter import (AnchorBatch, BlockOutput, HiddenStateDrafter, accepted_rows, anchor_positions,
+                             drafter_round, drafter_started, sample_slots)
+from .speculative import Draft
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class EagleDrafter(HiddenStateDrafter):
         hidden = self.checked_hidden(batch.target_hidden, 3)
         ids, anchors = batch.input_ids.to(self.device), batch.anchor_pos.to(self.device).long()
         batch_size, length = ids.shape
-        checks.anchor_positions(anchors, low=1, high=length - 1, who="the EAGLE drafter")
+        anchor_positions(anchors, low=1, high=length - 1, who="the EAGLE drafter")
         next_ids = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)  # entry t pairs g_t with x_{t+1}
         positions = torch.arange(length, device=self.device).expand(batch_size, -1)
         causal = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()
@@ -207,16 +208,16 @@ class EagleDrafter(HiddenStateDrafter):
     @torch.inference_mode()
     def accept(self, n_accepted: int, new_target_hidden: Tensor | None) -> None:
         """Queue the anchor's and the accepted drafts' projected features."""
-        checks.drafter_started(self.context_length, type(self).__name__)
+        drafter_started(self.context_length, type(self).__name__)
         hidden = self.checked_hidden(new_target_hidden, 2)
-        checks.accepted_rows(n_accepted, hidden.shape[0])
+        accepted_rows(n_accepted, hidden.shape[0])
         self._pending = torch.cat([self._pending, self.fc(hidden)[None]], dim=1)
 
     @torch.inference_mode()
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """Commit the queued entries, then draft gamma tokens one by one (gamma passes), or
         fewer: the chain stops after the first drafted end id (`end_ids`), which it keeps."""
-        checks.drafter_round(self.context_length, context_ids, gamma, None, type(self).__name__)
+        drafter_round(self.context_length, context_ids, gamma, None, type(self).__name__)
         step_hidden = self.commit_entries(context_ids)
         anchor_position = context_ids.shape[0] - 1
         past = self._entry_kv

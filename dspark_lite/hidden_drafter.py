@@ -1,8 +1,10 @@
 """What the drafters that read the target's hidden states share (chapter 03, paper section
 2.2): the context projection of Eq. 2, H_ctx = RMSNorm(W_c [H(l_1); ...; H(l_m)]) (its `fc`;
 the norm is DFlash's `hidden_norm`), the target's frozen embedding and LM head, the draft
-layers' Qwen3 config and initialisation, and the training interface (`AnchorBatch` in,
-`BlockOutput` out).
+layers' Qwen3 config and initialisation, the training interface (`AnchorBatch` in,
+`BlockOutput` out), and the Drafter protocol's invariants these drafters check at their doors
+(`drafter_started`, `accepted_rows`, `anchor_positions`, and `drafter_round`: the context a
+drafter holds is as long as the anchor's position).
 
 Both drafters share the target's FROZEN embedding and LM head: they hold references to the
 target's modules (not copies), which are neither registered as drafter parameters nor saved
@@ -68,7 +70,7 @@ def draft_qwen3_config(target_config, num_layers: int, intermediate_size: int | 
     for name, value in overrides.items():
         if value is not None:
             setattr(config, name, checks.positive_int(value, name))
-    checks.head_counts(config.num_attention_heads, config.num_key_value_heads)
+    _head_counts(config.num_attention_heads, config.num_key_value_heads)
     return config
 
 
@@ -84,7 +86,7 @@ class SharedTargetWeights:
     @classmethod
     def of(cls, target: PreTrainedModel) -> "SharedTargetWeights":
         embed, head = target.get_input_embeddings(), target.get_output_embeddings()
-        checks.shareable(embed, head)
+        _shareable(embed, head)
         return cls(embed, head)
 
     def embed(self, token_ids: Tensor, dtype: torch.dtype) -> Tensor:
@@ -151,7 +153,7 @@ class HiddenStateDrafter(nn.Module):
 
     def checked_hidden(self, target_hidden: Tensor | None, axes: int) -> Tensor:
         """`target_hidden` [..., m * H] with `axes` axes, checked, on the drafter's device and dtype."""
-        checks.target_hidden(target_hidden, axes, len(self.target_layer_ids) * self.hidden_size)
+        _target_hidden(target_hidden, axes, len(self.target_layer_ids) * self.hidden_size)
         return target_hidden.to(self.device, self.dtype)
 
     def finish_init(self, seed: int) -> None:
@@ -159,3 +161,64 @@ class HiddenStateDrafter(nn.Module):
         init_linear_weights(self, float(getattr(self.layer_config, "initializer_range", 0.02)), seed)
         self.to(self.shared.embed_tokens.weight.device)
         self.eval()
+
+
+# --- checks (this module's door)
+
+
+def _head_counts(num_heads: int, num_kv_heads: int) -> None:
+    """ValueError unless the query heads split evenly over the key/value heads (grouped-query)."""
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} must be a multiple of num_kv_heads {num_kv_heads}")
+
+
+def _shareable(embed: nn.Module | None, lm_head: nn.Module | None) -> None:
+    """ValueError unless the target has an input embedding and an LM head for a drafter to share."""
+    if embed is None or lm_head is None:
+        raise ValueError("the target must expose an input embedding and an LM head to share")
+
+
+def _target_hidden(hidden: Tensor | None, axes: int, width: int) -> None:
+    """ValueError unless the target's selected hidden states have `axes` axes, the last `width`
+    (= len(target_layer_ids) * hidden_size)."""
+    if hidden is None or hidden.dim() != axes or hidden.shape[-1] != width:
+        shape = None if hidden is None else tuple(hidden.shape)
+        raise ValueError(f"target hidden states must have {axes} axes ending in len(target_layer_ids) * "
+                         f"hidden_size = {width}, got {shape}")
+
+
+# --- the Drafter protocol's invariants, checked by the drafters' `accept`, `draft` and training
+# forwards (dflash.py, eagle.py, dspark.py)
+
+
+def anchor_positions(anchors: Tensor, low: int, high: int, who: str) -> None:
+    """ValueError unless every anchor position lies in [low, high]."""
+    if bool((anchors < low).any()) or bool((anchors > high).any()):
+        raise ValueError(f"anchor_pos must lie in [{low}, {high}] for {who}, got {anchors.tolist()}")
+
+
+def drafter_started(context_length: int | None, who: str) -> None:
+    """ValueError when a drafter is used before `start` (it then holds no context: None)."""
+    if context_length is None:
+        raise ValueError(f"{who} used before start(); call start(prompt_ids, target_hidden) first")
+
+
+def drafter_round(context_length: int | None, context_ids: Tensor, gamma: int, block_size: int | None,
+                  who: str) -> None:
+    """ValueError unless the drafter was started, holds context for every position before the
+    anchor (the last of `context_ids`), and 1 <= gamma (<= block_size, when it has one)."""
+    drafter_started(context_length, who)
+    if block_size is None:
+        checks.positive_int(gamma, "gamma")
+    elif not 1 <= gamma <= block_size:
+        raise ValueError(f"gamma must be in [1, block_size = {block_size}] for this drafter, got {gamma}")
+    anchor_position = context_ids.shape[0] - 1
+    if context_length != anchor_position:
+        raise ValueError(f"the drafter holds context for {context_length} positions but the anchor sits at "
+                         f"position {anchor_position}; expected equal (did the loop skip accept()?)")
+
+
+def accepted_rows(n_accepted: int, rows: int) -> None:
+    """ValueError unless `accept` got hidden states for the anchor and each accepted draft."""
+    if rows != n_accepted + 1:
+        raise ValueError(f"expected hidden states for n_accepted + 1 = {n_accepted + 1} positions, got {rows}")

@@ -62,7 +62,7 @@ class Rounds:
     domain: np.ndarray
 
     def __post_init__(self) -> None:
-        columns = checks.round_columns(self.proposed, self.accepted, self.ended_in_draft, self.logits, self.domain)
+        columns = _round_columns(self.proposed, self.accepted, self.ended_in_draft, self.logits, self.domain)
         for name, array in zip(("proposed", "accepted", "ended_in_draft", "logits", "domain"), columns):
             array.setflags(write=False)
             object.__setattr__(self, name, array)
@@ -131,7 +131,7 @@ class Rounds:
         gamma = self.width if gamma is None else checks.positive_int(gamma, "gamma")
         keep = (self.proposed == gamma) & ~np.isnan(self.logits[:, :gamma]).any(axis=1) if gamma <= self.width \
             else np.zeros(len(self), dtype=bool)
-        checks.full_blocks_found(int(keep.sum()), gamma, len(self), self.width)
+        _full_blocks_found(int(keep.sum()), gamma, len(self), self.width)
         full = self[keep]
         return replace(full, logits=full.logits[:, :gamma])
 
@@ -180,7 +180,7 @@ def tau(rounds: Rounds) -> float:
     """Tokens per round counting the correction/bonus token: mean of accepted + 1 (paper
     footnote 3), except that a round ended by an accepted end token counts its
     accepted drafts only (`Rounds.emitted`; DeepSpec's acceptance length)."""
-    return float(checks.some_rounds(rounds, Rounds).emitted.mean())
+    return float(_some_rounds(rounds).emitted.mean())
 
 
 def _positions(rounds: Rounds, gamma: int | None) -> int:
@@ -191,7 +191,7 @@ def prefix_survival(rounds: Rounds, gamma: int | None = None) -> np.ndarray:
     """Observed prefix survival, DeepSpec's accept_rate@k: entry k-1 is the
     fraction of rounds whose first k drafts were all accepted, among rounds that proposed at
     least k drafts (NaN where none did). `gamma` defaults to the most proposed."""
-    r = checks.some_rounds(rounds, Rounds)
+    r = _some_rounds(rounds)
     out = np.full(_positions(r, gamma), np.nan)
     for k in range(1, out.size + 1):
         reached = r.proposed >= k
@@ -204,7 +204,7 @@ def conditional_acceptance(rounds: Rounds, gamma: int | None = None) -> np.ndarr
     """The paper's Figure 2: entry k-1 is, among rounds that proposed at least k
     drafts and accepted the first k-1, the fraction that also accepted the k-th (NaN where
     that denominator is 0)."""
-    r = checks.some_rounds(rounds, Rounds)
+    r = _some_rounds(rounds)
     out = np.full(_positions(r, gamma), np.nan)
     for k in range(1, out.size + 1):
         reached = (r.proposed >= k) & (r.accepted >= k - 1)
@@ -223,3 +223,57 @@ def expected_tau_from_conditional(alpha: Sequence[float] | np.ndarray) -> float:
         survival *= checks.probability(alpha_k, f"alpha[{k - 1}] (a conditional acceptance probability)")
         expected += survival
     return expected
+
+
+# --- checks (this module's door)
+
+
+def _round_columns(proposed: Any, accepted: Any, ended_in_draft: Any, logits_: Any,
+                   domain: Any) -> tuple[np.ndarray, ...]:
+    """The columns of a `Rounds`, checked and converted (int64, int64, bool, float32 [N, G],
+    object strings)."""
+    p, a = np.asarray(proposed), np.asarray(accepted)
+    n = p.shape[0] if p.ndim == 1 else -1
+    if p.ndim != 1 or a.shape != (n,):
+        raise ValueError(f"proposed and accepted must be 1-D of one length; got shapes {p.shape} and {a.shape}")
+    for values, what in ((p, "proposed"), (a, "accepted")):
+        if values.size and (values.dtype.kind not in "iuf" or not np.array_equal(values, np.round(values))):
+            raise ValueError(f"{what} must hold integers; got {values.dtype} values")
+    p, a = p.astype(np.int64), a.astype(np.int64)
+    if n and ((a < 0).any() or (a > p).any()):
+        i = int(np.flatnonzero((a < 0) | (a > p))[0])
+        raise ValueError(f"each round needs 0 <= accepted <= proposed; round {i} has accepted {a[i]} of {p[i]}")
+    e = np.asarray(ended_in_draft)
+    e = e.astype(bool) if e.size == 0 else e  # an empty list comes as float64
+    if e.shape != (n,) or (e.size and e.dtype != bool):
+        raise ValueError(f"ended_in_draft must be {n} booleans; got {e.dtype} of shape {e.shape}")
+    if (e & ~((a == p) & (p >= 1))).any():
+        raise ValueError("a round with ended_in_draft needs accepted == proposed >= 1 (the drafts up to and including "
+                         "the end token)")
+    z = checks.float_array(logits_, "logits").astype(np.float32)
+    if z.ndim != 2 or z.shape[0] != n or z.shape[1] < int(p.max(initial=0)):
+        raise ValueError(f"logits must be shaped (N = {n}, G >= the most proposed, {int(p.max(initial=0))}); "
+                         f"got {z.shape}")
+    beyond = np.arange(z.shape[1])[None, :] >= p[:, None]
+    if (~np.isnan(z) & beyond).any():
+        raise ValueError("logits past a round's proposed drafts must be NaN (no draft, no confidence)")
+    d = np.asarray(domain, dtype=object)
+    if d.shape != (n,) or not all(isinstance(x, str) for x in d):
+        raise ValueError(f"domain must be {n} strings, one per round; got shape {d.shape}")
+    return p, a, e.astype(bool), z, d
+
+
+def _some_rounds(rounds: Any) -> Rounds:
+    """`rounds` itself: a `Rounds` holding at least one round; ValueError otherwise."""
+    if not isinstance(rounds, Rounds):
+        raise ValueError(f"expected a Rounds record, got {type(rounds).__name__}")
+    if len(rounds) == 0:
+        raise ValueError("no rounds recorded; expected at least one round")
+    return rounds
+
+
+def _full_blocks_found(kept: int, gamma: int, rounds: int, widest: int) -> None:
+    """ValueError unless some round proposed a whole block of `gamma` drafts with confidences."""
+    if kept == 0:
+        raise ValueError(f"no round proposed a full block of gamma = {gamma} drafts with confidences "
+                         f"({rounds} rounds, the widest {widest})")

@@ -106,10 +106,19 @@ def resume_training(checkpoint: Checkpointer, generator: torch.Generator, batche
     saved = checkpoint.load()
     if saved is None:
         return 0
-    checks.checkpoint_runs(saved["runs"], runs, checkpoint.path)
+    _checkpoint_runs(saved["runs"], runs, checkpoint.path)
     for name, run in runs.items():
         run.load_state_dict(saved["runs"][name])
     batches.load_state_dict(saved["batches"])
     restore_rng(generator, saved["rng"])
     print(f"{desc}: resuming from the checkpoint at step {saved['step']} ({checkpoint.path})")
     return int(saved["step"])
+
+
+# --- checks (this module's door)
+
+
+def _checkpoint_runs(saved: Mapping[str, Any], runs: Mapping[str, Any], path: Any) -> None:
+    """ValueError unless the checkpoint at `path` holds exactly the named runs being trained."""
+    if set(saved) != set(runs):
+        raise ValueError(f"{path} holds drafters {sorted(saved)}, not {sorted(runs)}; delete it")

@@ -1,6 +1,6 @@
 """Device, dtype and seeds, shared by every chapter (chapter 00 sets them up; chapter 07 picks
-bf16 on a GPU): where a model runs, in which dtype, and the random generators that make a run
-repeatable.
+bf16 on a GPU): where a model runs, in which dtype (and where bf16 autocast pays), and the random
+generators that make a run repeatable.
 """
 from __future__ import annotations
 
@@ -9,15 +9,19 @@ import random
 import numpy as np
 import torch
 
-from . import checks
-
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """"auto" picks CUDA when present, else the CPU; anything else must be a valid torch device
-    (`checks.device`)."""
+    """"auto" picks CUDA when present, else the CPU; anything else must be a device torch knows,
+    and a CUDA one only when a GPU is visible (ValueError otherwise)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return checks.device(device)
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"DEVICE={device!r} is not a torch device (try 'auto', 'cpu' or 'cuda')") from exc
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"DEVICE={device!r} but no CUDA GPU is visible; use DEVICE='auto' or 'cpu'")
+    return resolved
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -62,3 +66,9 @@ def bf16_autocast_pays(device: torch.device, wide: bool = False) -> bool:
         amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
         return amx or (wide and getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
     return pick_dtype(device) == torch.bfloat16
+
+
+def fast_autocast(device: torch.device, wide: bool = False) -> torch.autocast:
+    """bf16 autocast where `bf16_autocast_pays` says so for `device` and `wide`; else a no-op. Master
+    weights and the optimiser stay in float32; only the matmuls run in bf16."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast_pays(device, wide))

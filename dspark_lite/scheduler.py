@@ -182,9 +182,10 @@ def static_threshold(threshold: float, cumulative: bool = False) -> Scheduler:
     return thresholded
 
 
-def asynchronous_schedule(stale_confidences: ArrayLike, current_confidences: ArrayLike,
-                          curve: StepCurve) -> np.ndarray:
-    """Production variant (section 5.2). The capacity K, extra batch tokens, comes from the
+def asynchronous_schedule(current_confidences: ArrayLike, curve: StepCurve,
+                          stale_confidences: ArrayLike) -> np.ndarray:
+    """Production variant (section 5.2), in every scheduler's order (confidences, curve) with the
+    stale confidences last. The capacity K, extra batch tokens, comes from the
     global search (no break) on the confidences of two steps earlier; the current step then
     takes its K largest survival probabilities (prefix-closed, ties by j). K cannot see the
     current tokens, so verification stays lossless."""
@@ -209,7 +210,19 @@ SCHEDULERS: dict[str, Scheduler] = {
 def schedule_trials(confidences: ArrayLike, scheduler: Scheduler, curve: StepCurve) -> np.ndarray:
     """Run a scheduler on many trials at once: confidences (N, R, gamma) -> lengths (N, R).
     Each distinct confidence matrix is scheduled once."""
-    c = checks.confidence_trials(confidences)  # [N, R, gamma]
+    c = _confidence_trials(confidences)  # [N, R, gamma]
     distinct, inverse = np.unique(c.reshape(c.shape[0], -1), axis=0, return_inverse=True)
     lengths = np.stack([scheduler(row.reshape(c.shape[1:]), curve) for row in distinct])  # [distinct, R]
     return lengths[inverse.reshape(-1)]
+
+
+# --- checks (this module's door)
+
+
+def _confidence_trials(c: ArrayLike) -> np.ndarray:
+    """Confidences of many trials, c[N, R, gamma] with N >= 1, as float64 (each trial's
+    [R, gamma] is checked by the scheduler that reads it); ValueError otherwise."""
+    arr = checks.float_array(c, "confidences")
+    if arr.ndim != 3 or arr.shape[0] == 0:
+        raise ValueError(f"confidences must be shaped (N trials >= 1, R, gamma); got {arr.shape}")
+    return arr

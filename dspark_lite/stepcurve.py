@@ -11,7 +11,7 @@ curve (flat to a knee, then falling) for checks and figures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -38,7 +38,7 @@ class StepCurve:
     table: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        sizes, sps = checks.step_curve(self.sizes, self.steps_per_second, self.meta, MAX_TABLE_SIZE)
+        sizes, sps = _step_curve(self.sizes, self.steps_per_second, self.meta, MAX_TABLE_SIZE)
         table = np.full(sizes[-1] + 1, np.nan)  # [max_batch + 1], indexed by B
         table[sizes[0]:] = np.interp(np.arange(sizes[0], sizes[-1] + 1), sizes, sps)
         table[sizes] = sps  # exact at the tabulated sizes
@@ -61,7 +61,7 @@ class StepCurve:
     def sps(self, batch: ArrayLike) -> np.ndarray | float:
         """SPS(B) for integer batch sizes (scalar or array): exact at tabulated sizes, linear
         in between; ValueError outside the profiled range."""
-        out = self.table[checks.batch_sizes(batch, self.min_batch, self.max_batch)]
+        out = self.table[_batch_sizes(batch, self.min_batch, self.max_batch)]
         return float(out) if out.ndim == 0 else out
 
     @classmethod
@@ -133,5 +133,56 @@ class StepCurve:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepCurve:
         """Inverse of to_dict."""
-        checks.has_keys(data, ("sizes", "steps_per_second"), "a step curve dict")
+        _has_keys(data, ("sizes", "steps_per_second"), "a step curve dict")
         return cls(tuple(data["sizes"]), tuple(data["steps_per_second"]), dict(data.get("meta", {})))
+
+
+# --- checks (this module's door)
+
+
+def _integers(values: Any, name: str) -> np.ndarray:
+    """`values` as int64; ValueError unless they are whole numbers (ints, or floats without a fraction)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iuf" or not np.array_equal(arr, np.round(arr)):
+        raise ValueError(f"{name} must be integers; got {arr.tolist()}")
+    return arr.astype(np.int64)
+
+
+def _has_keys(data: Any, keys: Sequence[str], what: str) -> None:
+    """ValueError unless the mapping `data` holds every one of `keys`."""
+    missing = sorted(set(keys) - set(data))
+    if missing:
+        raise ValueError(f"{what} needs keys {sorted(keys)}; missing {missing}")
+
+
+def _step_curve(sizes: Any, steps_per_second: Any, meta: Any, max_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A step curve's columns (`StepCurve`): batch sizes as int64, strictly increasing
+    from >= 1 up to `max_size`, and their positive finite rates as float64."""
+    sizes = np.asarray(sizes)
+    sps = np.asarray(steps_per_second, dtype=np.float64)
+    if sizes.ndim != 1 or sizes.size == 0:
+        raise ValueError(f"sizes must be a non-empty 1-D list of batch sizes; got shape {sizes.shape}")
+    if sps.shape != sizes.shape:
+        raise ValueError(f"sizes and steps_per_second must have the same length; got {sizes.size} sizes "
+                         f"and {sps.size} rates")
+    sizes = _integers(sizes, "batch sizes")
+    if sizes[0] < 1:
+        raise ValueError(f"batch sizes must be positive (>= 1); got {sizes.tolist()}")
+    if np.any(np.diff(sizes) <= 0):
+        raise ValueError(f"batch sizes must be strictly increasing, without duplicates; got {sizes.tolist()}")
+    if sizes[-1] > max_size:
+        raise ValueError(f"batch sizes up to {max_size} are supported; got {sizes[-1]}")
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta must be a dict; got {type(meta).__name__}")
+    return sizes, checks.positive_finite(sps, "steps per second")
+
+
+def _batch_sizes(batch: Any, low: int, high: int) -> np.ndarray:
+    """Batch sizes B (a number or an array) as int64, each inside a step curve's profiled range
+    [low, high]; ValueError otherwise (the curve refuses to extrapolate)."""
+    b = _integers(batch, "batch sizes")
+    outside = (b < low) | (b > high)
+    if np.any(outside):
+        raise ValueError(f"batch size(s) {np.unique(b[outside]).tolist()} outside the profiled range "
+                         f"[{low}, {high}]; StepCurve refuses to extrapolate: profile those sizes")
+    return b

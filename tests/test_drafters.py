@@ -1,5 +1,5 @@
-"""Tests for dspark_lite.attention, .hidden_drafter, .dflash, .eagle and .training (chapter 03), on tiny random
-Qwen3 targets (vocab 48, hidden 32): seconds in total."""
+"""Tests for dspark_lite.attention, .hidden_drafter, .dflash, .eagle, .training_data and .training
+(chapter 03), on tiny random Qwen3 targets (vocab 48, hidden 32): seconds in total."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -18,13 +18,12 @@ from dspark_lite.harness.toy.replies import generate_training_sequences
 from dspark_lite.speculative import Drafter, select_target_hidden, speculative_generate
 from dspark_lite.training import (
     DrafterTrainConfig,
-    TrainingSequences,
     train_drafter,
     drafter_loss,
-    TargetViews,
     target_batch,
     train_drafters,
 )
+from dspark_lite.training_data import TargetViews, TrainingSequences
 
 VOCAB, MASK_ID, EOS_ID, PAD_ID = 48, 47, 46, 45
 LAYER_IDS = (0, 2)

@@ -137,7 +137,7 @@ def test_ablation_recipe_is_lean_alike_for_every_kind_and_keeps_slots_per_sequen
 
 
 def test_anchors_cover_the_last_prompt_token_and_every_reply_position_with_a_target():
-    from dspark_lite.training import sample_anchor_positions
+    from dspark_lite.training_data import sample_anchor_positions
 
     lengths, prompt_lengths = torch.tensor([10, 6]), torch.tensor([4, 3])
     anchors = sample_anchor_positions(lengths, prompt_lengths, 400, torch.Generator().manual_seed(0))

@@ -28,7 +28,8 @@ from dspark_lite.harness.gpu.weights import CheckpointError
 from dspark_lite.record import prefix_survival, tau
 from dspark_lite.baselines import autoregressive_generate
 from dspark_lite.speculative import Draft, speculative_generate, target_hidden
-from dspark_lite.training import DrafterTrainConfig, TrainingSequences, train_drafter
+from dspark_lite.training import DrafterTrainConfig, train_drafter
+from dspark_lite.training_data import TrainingSequences
 from room_patch import patch_room
 
 pytestmark = pytest.mark.usefixtures("one_thread")

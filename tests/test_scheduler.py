@@ -176,15 +176,15 @@ def test_asynchronous_variant_takes_its_capacity_from_the_stale_confidences():
     curve = StepCurve.analytic(16, knee=6)  # flat to 6 tokens: up to 4 extra tokens for 2 requests
     stale = [[0.1, 0.1], [0.1, 0.1]]     # global search on these: 4 extra tokens (all free)
     current = [[0.9, 0.9], [0.8, 0.1]]
-    assert asynchronous_schedule(stale, current, curve).tolist() == [2, 2]
+    assert asynchronous_schedule(current, curve, stale).tolist() == [2, 2]
     stale_expensive = StepCurve((2, 3, 4, 5, 6), (1.0, 0.5, 0.4, 0.3, 0.2))
     # The same current confidences, but the stale search on a steep curve finds K = 0 ...
-    assert asynchronous_schedule(current, current, stale_expensive).tolist() == [0, 0]
+    assert asynchronous_schedule(current, stale_expensive, current).tolist() == [0, 0]
     # ... and K is the stale step's: confident stale, the top-K current survivals are taken.
     curve = StepCurve((2, 3, 4, 5, 6), (1.0, 1.0, 0.9, 0.5, 0.5))
     assert global_search([[1.0, 1.0], [1.0, 1.0]], curve).sum() == 2  # K = 2 from stale
-    assert asynchronous_schedule([[1.0, 1.0], [1.0, 1.0]], [[0.9, 0.9], [0.95, 0.1]], curve).tolist() == [1, 1]
-    assert asynchronous_schedule([[0.1, 0.1], [0.1, 0.1]], [[0.9, 0.9], [0.95, 0.1]], curve).tolist() == [0, 1]
+    assert asynchronous_schedule([[0.9, 0.9], [0.95, 0.1]], curve, [[1.0, 1.0], [1.0, 1.0]]).tolist() == [1, 1]
+    assert asynchronous_schedule([[0.9, 0.9], [0.95, 0.1]], curve, [[0.1, 0.1], [0.1, 0.1]]).tolist() == [0, 1]
 
 
 # ----------------------------------------------------------------------------- losslessness

@@ -117,9 +117,9 @@ def test_cumulative_threshold_is_a_named_scheduler():
                                         ("threshold", False, 0.5)]:
         resolved, choose = resolve_scheduler(name)
         assert resolved == name
-        np.testing.assert_array_equal(choose(c, c, FLAT), static_threshold(threshold, cumulative)(c, FLAT))
-    assert resolve_scheduler("threshold-cumulative")[1](c, c, FLAT).tolist() == [2, 0]
-    assert resolve_scheduler("threshold")[1](c, c, FLAT).tolist() == [3, 0]
+        np.testing.assert_array_equal(choose(c, FLAT, c), static_threshold(threshold, cumulative)(c, FLAT))
+    assert resolve_scheduler("threshold-cumulative")[1](c, FLAT, c).tolist() == [2, 0]
+    assert resolve_scheduler("threshold")[1](c, FLAT, c).tolist() == [3, 0]
 
 
 def test_replayed_sweep_aggregates_independent_replays():

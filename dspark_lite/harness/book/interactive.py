@@ -155,7 +155,7 @@ def load_states(confidences: np.ndarray, concurrencies: Sequence[int], knees: Se
             for slope in slopes:
                 curve = StepCurve.analytic(max_batch, knee, slope=slope)
                 for name, choose in chooser.items():
-                    lengths = choose(blocks, blocks, curve)
+                    lengths = choose(blocks, curve, blocks)
                     row = {"R": int(R), "knee": int(knee), "slope": float(slope), "scheduler": name,
                            "theta": scheduler.expected_throughput(blocks, lengths, curve),
                            "budget": 1.0 + float(np.mean(lengths))}

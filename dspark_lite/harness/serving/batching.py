@@ -43,7 +43,7 @@ from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from ...checks import lengths_in_range, positive_int
 from ...progress import progress
 from ...runtime import model_device
-from ...training import pad
+from ...training_data import pad
 from .costs import concurrency_batch_sizes, device_meta, median_step_seconds, spread_tokens
 from ...kvcache import cache_kwarg, new_cache, remove_tokens
 from ...scheduler import Scheduler
@@ -371,7 +371,7 @@ def real_step_throughput(target: PreTrainedModel, records: Rounds, schedulers: S
             c, accepted = confidences[drawn], records.accepted[drawn]
             for k in rng.permutation(len(names)):
                 name, choose = names[k]
-                lengths = lengths_in_range(choose(c, c, table), R, records.width, f"the lengths of scheduler {name!r}")
+                lengths = lengths_in_range(choose(c, table, c), R, records.width, f"the lengths of scheduler {name!r}")
                 totals[name] += [(np.minimum(lengths, accepted) + 1).sum(), 1.0 / table.sps(R + int(lengths.sum())),
                                  time_packed_step(batch, lengths, repeats, seed=seed),
                                  time_batched_step(target, R, lengths.tolist(), context_len, repeats, seed=seed)]

@@ -53,7 +53,7 @@ def is_unimodal(theta: ArrayLike) -> bool:
     """True when `theta` rises strictly up to its (first) maximum and never rises after it:
     then Algorithm 1's first non-improving candidate sits right after the peak, and the causal
     stop finds the best prefix of the candidate order."""
-    t = checks.series(theta, "theta")
+    t = _series(theta, "theta")
     peak = int(np.argmax(t))
     return bool(np.all(np.diff(t[: peak + 1]) > 0) and np.all(np.diff(t[peak:]) <= 0))
 
@@ -89,7 +89,7 @@ def speculative_first_token(drafted: ArrayLike, use_draft: ArrayLike, p_target: 
     scheduler sent the drafted token (use_draft) it is accepted with probability
     min(1, p_t/p_d), else replaced by a sample of norm(max(p_t - p_d, 0)); where it sent
     nothing the target samples from p_t."""
-    p_t, p_d = checks.distribution(p_target, "p_target"), checks.distribution(p_draft, "p_draft")
+    p_t, p_d = _distribution(p_target, "p_target"), _distribution(p_draft, "p_draft")
     x = np.asarray(drafted)  # [N]
     n = x.size
     accept = rng.random(n) * p_d[x] < p_t[x]  # u < p_t / p_d without dividing
@@ -134,8 +134,27 @@ def appendix_a_asynchronous(trials: int, rng: np.random.Generator | None = None)
     current = rng.choice(2, size=trials, p=APPENDIX_A_P_DRAFT)  # [N]
     sends = np.zeros((2, 2), dtype=bool)  # [stale x1, current x1] -> does the step verify x1?
     for s, x in itertools.product(range(2), range(2)):
-        lengths = asynchronous_schedule(appendix_a_confidences([s])[0], appendix_a_confidences([x])[0],
-                                        APPENDIX_A_CURVE)
+        lengths = asynchronous_schedule(appendix_a_confidences([x])[0], APPENDIX_A_CURVE,
+                                        stale_confidences=appendix_a_confidences([s])[0])
         sends[s, x] = lengths[0] >= 1
     tokens = speculative_first_token(current, sends[stale, current], APPENDIX_A_P_TARGET, APPENDIX_A_P_DRAFT, rng)
     return float(np.mean(tokens == 0))
+
+
+# --- checks (this module's door)
+
+
+def _distribution(p: ArrayLike, name: str) -> np.ndarray:
+    """A probability vector p[V] as float64: finite, non-negative, summing to 1 (within 1e-9)."""
+    arr = checks.float_array(p, name)
+    if arr.ndim != 1 or arr.size == 0 or not np.isfinite(arr).all() or arr.min() < 0 or abs(arr.sum() - 1) > 1e-9:
+        raise ValueError(f"{name} must be a 1-D probability vector summing to 1; got {arr.tolist()}")
+    return arr
+
+
+def _series(values: ArrayLike, name: str) -> np.ndarray:
+    """`values` as a non-empty 1-D float64 array; ValueError otherwise."""
+    arr = checks.float_array(values, name)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array; got shape {arr.shape}")
+    return arr

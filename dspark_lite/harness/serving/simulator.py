@@ -70,14 +70,14 @@ SIM_SCHEDULERS = (*SCHEDULERS, "threshold", "threshold-cumulative", "async")
 
 
 def _stateless(fn: Scheduler) -> Choose:
-    return lambda current, stale, curve: fn(current, curve)
+    return lambda current, curve, stale: fn(current, curve)
 
 
-Choose = Callable[[np.ndarray, np.ndarray, StepCurve], np.ndarray]  # (current, stale, curve) -> lengths
+Choose = Callable[[np.ndarray, StepCurve, np.ndarray], np.ndarray]  # (current, curve, stale) -> lengths
 
 
 def resolve_scheduler(scheduler: str | Scheduler) -> tuple[str, Choose]:
-    """A scheduler name or callable -> (name, choose(current, stale, curve) -> lengths)
+    """A scheduler name or callable -> (name, choose(current, curve, stale) -> lengths)
    . Names: those of `scheduler.SCHEDULERS` ("dspark", Algorithm 1;
     "global_search"; "fixed", the whole block; "mtp1"),
     "threshold" (cut before the first c_k < 0.5; "threshold:0.7" sets the threshold),
@@ -98,7 +98,7 @@ def resolve_scheduler(scheduler: str | Scheduler) -> tuple[str, Choose]:
     if base in SCHEDULERS and not argument:
         return scheduler, _stateless(SCHEDULERS[base])
     if scheduler == "async":
-        return scheduler, lambda current, stale, curve: asynchronous_schedule(stale, current, curve)
+        return scheduler, asynchronous_schedule
     raise ValueError(f"unknown scheduler {scheduler!r}; expected one of {', '.join(SIM_SCHEDULERS)} "
                      f"(threshold:<t> sets a threshold) or a callable (confidences, curve) -> lengths")
 
@@ -179,7 +179,7 @@ def simulate(records: Rounds, scheduler: str | Scheduler, curve: StepCurve, conc
         current = confidences[drawn]
         stale = history[0] if len(history) == 2 else current
         history.append(current)
-        lengths = lengths_in_range(choose(current, stale, curve), requests, gamma, f"the lengths of scheduler {name!r}")
+        lengths = lengths_in_range(choose(current, curve, stale), requests, gamma, f"the lengths of scheduler {name!r}")
         batch = requests + int(lengths.sum())
         if batch > curve.max_batch:
             raise ValueError(f"scheduler {name!r} built a batch of B = {batch} tokens (R = {requests}), beyond "

@@ -17,7 +17,8 @@ from ...record import Rounds, conditional_acceptance, prefix_survival, tau
 from ...hidden_drafter import AnchorBatch
 from ...speculative import Drafter, Rollout, speculative_generate
 from ...sampling import total_variation
-from ...training import TargetViews, TrainingSequences, block_targets
+from ...loss import block_targets
+from ...training_data import TargetViews, TrainingSequences
 from .workers import fork_map, worker_processes
 
 if TYPE_CHECKING:  # the toy world (and `datasets` with it) stays out of chapter 07's headless path

@@ -4,7 +4,7 @@ encodes its prompts with `encode_prompt`).
 
 Prompts are rendered with the tokenizer's chat template, batched by length, left-padded and
 sampled on the method's one batched autoregressive loop (`baselines.sample_autoregressive`);
-the replies, cut after their end token, become a `training.TrainingSequences`.
+the replies, cut after their end token, become a `training_data.TrainingSequences`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ... import checks
 from ...baselines import sample_autoregressive
 from ...progress import progress
 from ...runtime import model_device
-from ...training import TrainingSequences, pad
+from ...training_data import TrainingSequences, pad
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str | Tensor) -> Tensor:

@@ -17,7 +17,9 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM,
 from ... import checks
 from ...progress import progress
 from ...resume import Checkpointer, restore_rng, rng_state
-from ...training import fast_autocast, optimizer_step, pad
+from ...runtime import fast_autocast
+from ...training import optimizer_step
+from ...training_data import pad
 from .profiles import TargetConfig
 
 

@@ -30,7 +30,8 @@ from ...resume import Checkpointer
 from ...progress import progress
 from ...runtime import device_generator, model_device
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy, Profile
-from ...training import DrafterTrainConfig, DrafterTrainHistory, TrainingSequences
+from ...training import DrafterTrainConfig, DrafterTrainHistory
+from ...training_data import TrainingSequences
 from .workers import fork_map, worker_processes
 from .world import ToyWorld
 
