@@ -26,6 +26,19 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
   progress      the one progress-bar policy (one bar a cell: the outermost)
   resume        interrupt-safe checkpoints and a training's resumable state
 
+The paper's equations, each in one public name, named on its module's first screen:
+
+    Eq. 1        L = (T_draft + T_verify) / tau        `speculative.latency_per_token`
+    Eq. 2        H_ctx = RMSNorm(W_c [H(l_1); ...])    `dflash.DFlashDrafter.context_features`
+    Eq. 3        attention over context and block     `attention.DraftAttention`
+    Eq. 4        p_k = softmax(U_k + B_k), in order   `dspark.sample_chain`
+    Eq. 5        the Markov head B_k = W1[x_{k-1}] W2 `dspark.MarkovHead`
+    Eq. 6        the RNN head                         `dspark.RNNHead`
+    Eq. 7        c_k = sigmoid(w . [h_k; W1[x]] + b)  `dspark.ConfidenceHead`
+    Eq. 8        BCE(c_k, 1 - TV) beside CE + TV      `loss.block_loss`
+    STS          sequential temperature scaling       `calibration.SequentialTemperatureScaling`
+    Algorithm 1  the prefix scheduler                 `scheduler.schedule` (`scheduler.schedule_reference`: line by line)
+
 `dspark_lite.harness` holds what it takes to measure the method, in rooms by concern: `toy` (the
 toy world), `serving` (costs, batching, the simulator, the race), `gpu` (chapter 07's path) and
 `book` (results on the page, verdict wording, figures). The method never imports the harness.

@@ -1,5 +1,5 @@
-"""Calibration of the confidence head: ECE, AUROC and Sequential Temperature Scaling (STS),
-paper section 3.2.1; chapter 05 of the book builds and measures them.
+"""Calibration of the confidence head: ECE, AUROC and Sequential Temperature Scaling (STS,
+`SequentialTemperatureScaling`), paper section 3.2.1; chapter 05 of the book builds and measures them.
 
 The confidence head outputs, for every drafted position k = 1..gamma, a logit z_k with
 c_k = sigmoid(z_k) = sigmoid(w^T [h_k; W1[x_{k-1}]] + b) (Eq. 7, with the bias b that

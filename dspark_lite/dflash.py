@@ -2,8 +2,8 @@
 anchor-first block (section 3): the block is the anchor (the last committed token) followed
 by block_size - 1 mask tokens, and ONE forward gives block_size base logits; slot k
 (k = 1..block_size) predicts the token at position p + k, where p is the anchor's position.
-Context features H_ctx = RMSNorm(W_c [H(l_1); ...; H(l_m)]) (Eq. 2) are injected into every
-draft layer as extra keys and values (Eq. 3, `attention.DraftAttention`).
+Context features H_ctx = RMSNorm(W_c [H(l_1); ...; H(l_m)]) (Eq. 2, `DFlashDrafter.context_features`)
+are injected into every draft layer as extra keys and values (Eq. 3, `attention.DraftAttention`).
 
 Two ways through the same layers:
 * training and teaching (`block_hidden`): a batch of sequences and anchors; each layer's

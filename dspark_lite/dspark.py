@@ -1,7 +1,7 @@
 """DSpark's semi-autoregressive drafter (chapter 04, paper section 3.1, Eq. 4-6; the confidence
 head of Eq. 7-8 is chapter 05's): the parallel backbone of chapter 03 (`dflash`) plus a light
 sequential head that adds a prefix-dependent bias to each slot's base logits
-(paper section 3.1, Eq. 4):
+(paper section 3.1, Eq. 4; `sample_chain` draws the block slot by slot):
 
     p_k(v | x_0, x_<k) = softmax_v( U_k(v) + B_k(x_0, x_<k, v) )
 

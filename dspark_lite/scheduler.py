@@ -1,6 +1,6 @@
-"""Algorithm 1, the hardware-aware prefix scheduler, and the baselines it is measured against
-(paper section 3.2.2, Algorithm 1; the asynchronous variant of section 5.2; chapter 06, put to
-work in chapter 06b).
+"""Algorithm 1, the hardware-aware prefix scheduler (`schedule`; `schedule_reference` line by line),
+and the baselines it is measured against (paper section 3.2.2, Algorithm 1; the asynchronous
+variant of section 5.2; chapter 06, put to work in chapter 06b).
 
 DSpark's drafter proposes gamma tokens per request together with confidences c_{r,j}: the
 probability that token j survives verification given that tokens 1..j-1 did. The product

@@ -76,7 +76,7 @@ def test_load_states_are_what_the_schedulers_give():
     for (R, knee, slope), group in states.groupby(["R", "knee", "slope"]):
         curve = StepCurve.analytic(64, int(knee), slope=float(slope))
         for name, row in group.set_index("scheduler").iterrows():
-            lengths = resolve_scheduler(name)[1](blocks[R], blocks[R], curve)
+            lengths = resolve_scheduler(name)[1](blocks[R], curve, blocks[R])
             assert row["theta"] == pytest.approx(scheduler.expected_throughput(blocks[R], lengths, curve))
             assert row["budget"] == pytest.approx(1 + lengths.mean())
             if name == "dspark":
