@@ -6,9 +6,6 @@ keys and values from the projected context followed by the block's own,
 with Qwen3's per-head q/k RMSNorm, RoPE and grouped-query heads. `DraftAttention.forward` is
 Eq. 3 as written: the context's keys/values arrive already projected (`project_kv`, run once
 when the context is accepted, as DFlash's `spec_generate` does after each verification).
-`DraftAttention.forward_with_pending` is the fused decoding path: context rows not yet
-projected go through the key/value projection in the same call as the block's, which saves
-a call per layer and round on a CPU; a test pins it to `forward`.
 
 Parameter names match DeepSpec (q_proj, k_proj, v_proj, o_proj, q_norm, k_norm), so its
 released weights load.
@@ -96,15 +93,3 @@ class DraftAttention(nn.Module):
         and x's own (k, v), for a caller that caches them."""
         own = self.project_kv(x, cos, sin)
         return self._output(self.project_q(x, cos, sin), cat_kv(past, own), allowed), own
-
-    def forward_with_pending(self, x: Tensor, pending: Tensor, cos: Tensor, sin: Tensor,
-                             past: KVPair) -> tuple[Tensor, KVPair]:
-        """`forward` over keys [past; pending; x] with full attention, where `pending`
-        [B, F, input_size] are context rows not yet projected: their keys and values come from
-        the same projection call as x's (cos/sin cover the F + Q positions). Returns the output
-        [B, Q, hidden] and pending's (k, v), for the caller to add to its context cache."""
-        n_pending = pending.shape[1]
-        q = self.project_q(x, cos[:, n_pending:], sin[:, n_pending:])
-        own = self.project_kv(torch.cat([pending, x], dim=1), cos, sin)  # [B, Hkv, F + Q, D]
-        pending_kv = own[0][:, :, :n_pending], own[1][:, :, :n_pending]
-        return self._output(q, cat_kv(past, own), None), pending_kv

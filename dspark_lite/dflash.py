@@ -10,10 +10,8 @@ Two ways through the same layers:
   context keys/values are projected from the target's hidden states (`context_kv`), and a
   mask (`block_mask`) lets block a see the context before its anchor and itself.
 * decoding (the `speculative.Drafter` protocol): the context's keys/values are cached across
-  rounds. By default the hidden states accepted in a round are projected in the next draft's
-  forward, beside the block (`fuse_context`, `DraftAttention.forward_with_pending`); with
-  `fuse_context=False` they are projected once when accepted (`project_pending`), as
-  DFlash's `spec_generate` does. Both give the same drafts (a test checks it).
+  rounds; the hidden states accepted in a round are projected once, when accepted
+  (`extend_context`), as DFlash's `spec_generate` does.
 """
 from __future__ import annotations
 
@@ -73,14 +71,6 @@ class DFlashDecoderLayer(nn.Module):
         attended, _ = self.self_attn(self.input_layernorm(x), cos, sin, context_kv, allowed)
         return self.feed_forward(x + attended)
 
-    def forward_with_pending(self, x: Tensor, pending: Tensor, cos: Tensor, sin: Tensor,
-                             context_kv: KVPair) -> tuple[Tensor, KVPair]:
-        """`forward` with context features `pending` [B, F, H] projected in the same call; also
-        returns their keys/values (see DraftAttention.forward_with_pending)."""
-        attended, pending_kv = self.self_attn.forward_with_pending(self.input_layernorm(x), pending, cos, sin,
-                                                                   context_kv)
-        return self.feed_forward(x + attended), pending_kv
-
 
 class DFlashDrafter(HiddenStateDrafter):
     """The parallel block drafter with DSpark's anchor-first block.
@@ -96,18 +86,15 @@ class DFlashDrafter(HiddenStateDrafter):
     mlp.{gate,up,down}_proj}, norm.
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: DFlashConfig, seed: int = 0, fuse_context: bool = True) -> None:
+    def __init__(self, target: PreTrainedModel, cfg: DFlashConfig, seed: int = 0) -> None:
         super().__init__(target, cfg, cfg.block_size, "block_size")
         self.cfg = cfg
         self.mask_token_id = _token_id(cfg.mask_token_id, self.vocab_size, "mask_token_id")
         self.hidden_norm = RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         self.finish_init(seed)
-        self.fuse_context = fuse_context
-        # Decoding state: each layer's context keys/values [1, Hkv, L, D], and the target hidden
-        # states [F, m*H] accepted but not projected yet (fused: until the next draft).
+        # Decoding state: each layer's context keys/values [1, Hkv, L, D].
         self._context_kv: list[KVPair] | None = None
-        self._pending: Tensor | None = None
 
     # -- the backbone (Eq. 2-3) -----------------------------------------------------------
 
@@ -184,10 +171,8 @@ class DFlashDrafter(HiddenStateDrafter):
 
     @property
     def context_length(self) -> int | None:
-        """Context positions the drafter holds, projected or pending (None before `start`)."""
-        if self._context_kv is None:
-            return None
-        return self._context_kv[0][0].shape[2] + self._pending.shape[0]
+        """Context positions the drafter holds (None before `start`)."""
+        return None if self._context_kv is None else self._context_kv[0][0].shape[2]
 
     @torch.inference_mode()
     def start(self, prompt_ids: Tensor, target_hidden: Tensor | None) -> None:
@@ -195,9 +180,7 @@ class DFlashDrafter(HiddenStateDrafter):
         hidden = self.checked_hidden(target_hidden, 2)
         empty = hidden.new_zeros(1, self.layer_config.num_key_value_heads, 0, self.layer_config.head_dim)
         self._context_kv = [(empty, empty) for _ in self.layers]
-        self._pending = hidden
-        if not self.fuse_context:
-            self.project_pending()
+        self.extend_context(hidden)
 
     @torch.inference_mode()
     def accept(self, n_accepted: int, new_target_hidden: Tensor | None) -> None:
@@ -205,17 +188,15 @@ class DFlashDrafter(HiddenStateDrafter):
         drafter_started(self.context_length, type(self).__name__)
         hidden = self.checked_hidden(new_target_hidden, 2)
         accepted_rows(n_accepted, hidden.shape[0])
-        self._pending = torch.cat([self._pending, hidden])
-        if not self.fuse_context:
-            self.project_pending()
+        self.extend_context(hidden)
 
-    def project_pending(self) -> None:
-        """Project the pending target hidden states into each layer's context keys/values, once."""
+    def extend_context(self, hidden: Tensor) -> None:
+        """Project target hidden states [F, m*H] into each layer's context keys/values, once,
+        at the positions after those held."""
         start = self._context_kv[0][0].shape[2]
-        positions = torch.arange(start, start + self._pending.shape[0], device=self.device)[None]  # [1, F]
-        new = self.context_kv(self._pending[None], positions)
+        positions = torch.arange(start, start + hidden.shape[0], device=self.device)[None]  # [1, F]
+        new = self.context_kv(hidden[None], positions)
         self._context_kv = [cat_kv(kv, new_kv) for kv, new_kv in zip(self._context_kv, new)]
-        self._pending = self._pending[:0]
 
     @torch.inference_mode()
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
@@ -230,26 +211,8 @@ class DFlashDrafter(HiddenStateDrafter):
         `context_ids`) over the whole context: `block_hidden` at the anchor, from the cache."""
         anchor_position = context_ids.shape[0] - 1
         block_ids = self.make_block_ids(context_ids[-1:].to(self.device))  # [1, G]
-        if self.fuse_context:
-            return self._fused_block_hidden(block_ids, anchor_position)
         positions = torch.arange(anchor_position, anchor_position + self.block_size, device=self.device)[None]
         return self.run_block(block_ids, positions, self._context_kv, None)[0]
-
-    def _fused_block_hidden(self, block_ids: Tensor, anchor_position: int) -> Tensor:
-        """`run_block` with the pending context projected in the same forward: each layer's
-        key/value projection runs once over [pending; block], and the pending rows' keys and
-        values join the cache."""
-        pending = self.context_features(self._pending[None])  # [1, F, H]
-        first = anchor_position - pending.shape[1]
-        positions = torch.arange(first, anchor_position + self.block_size, device=self.device)[None]  # [1, F + G]
-        x = self.embed(block_ids)  # [1, G, H]
-        cos, sin = self.rotary_emb(x, positions)
-        cache = []
-        for layer, kv in zip(self.layers, self._context_kv):
-            x, pending_kv = layer.forward_with_pending(x, pending, cos, sin, kv)
-            cache.append(cat_kv(kv, pending_kv))
-        self._context_kv, self._pending = cache, self._pending[:0]
-        return self.norm(x)[0]
 
 
 # --- checks (this module's door)

@@ -173,8 +173,8 @@ class DSparkDrafter(DFlashDrafter):
     With the same seed, the backbone starts from the same weights as a DFlashDrafter.
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0, fuse_context: bool = True) -> None:
-        super().__init__(target, cfg, seed, fuse_context)
+    def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0) -> None:
+        super().__init__(target, cfg, seed)
         self.markov_head = make_head(cfg.head_type, self.vocab_size, cfg.markov_rank, self.hidden_size)
         self._init_head(self.markov_head, seed + 1)
         self.confidence_head: ConfidenceHead | None = None

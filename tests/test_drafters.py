@@ -159,37 +159,6 @@ def test_dflash_draft_equals_block_logits(target):
     torch.testing.assert_close(draft.probs, torch.softmax(logits[0, : GAMMA - 1], -1), atol=1e-5, rtol=1e-4)
 
 
-def test_fused_attention_equals_projecting_the_pending_context_first(target):
-    """DraftAttention.forward_with_pending (pending context projected in the same call as the
-    block) gives the plain Eq. 3 forward's output over [past; projected pending; block]."""
-    attention = dflash(target).layers[0].self_attn
-    generator = torch.Generator().manual_seed(0)
-    past_rows, pending_rows, block_rows, hidden = 5, 3, GAMMA, target.config.hidden_size
-    rows = torch.randn(1, past_rows + pending_rows + block_rows, hidden, generator=generator)
-    cos, sin = dflash(target).rotary_emb(rows, torch.arange(rows.shape[1])[None])
-    past = attention.project_kv(rows[:, :past_rows], cos[:, :past_rows], sin[:, :past_rows])
-    pending, block = rows[:, past_rows:past_rows + pending_rows], rows[:, past_rows + pending_rows:]
-    fused, pending_kv = attention.forward_with_pending(block, pending, cos[:, past_rows:], sin[:, past_rows:], past)
-    projected = attention.project_kv(pending, cos[:, past_rows:-block_rows], sin[:, past_rows:-block_rows])
-    plain, _ = attention(block, cos[:, -block_rows:], sin[:, -block_rows:], cat_kv(past, projected), None)
-    torch.testing.assert_close(fused, plain)
-    torch.testing.assert_close(pending_kv, projected)
-
-
-def test_fused_and_plain_decoding_paths_draft_alike(target):
-    """fuse_context=True (context projected inside the next draft) and False (projected once
-    when accepted, as DFlash's spec_generate does) give the same drafts round after round."""
-    drafts = {}
-    for fuse in (True, False):
-        drafter = dflash(target)
-        drafter.fuse_context = fuse
-        drafts[fuse] = run_protocol(drafter, target, random_ids(8, 7), [2, 0, 3, 1], GAMMA, seed=8)
-        assert drafter.context_length == drafts[fuse][0].shape[0] - 1
-    assert torch.equal(drafts[True][0], drafts[False][0])
-    torch.testing.assert_close(drafts[True][1].probs, drafts[False][1].probs)
-    assert torch.equal(drafts[True][1].tokens, drafts[False][1].tokens)
-
-
 def test_eagle_drafts_the_same_twice_without_accept(target):
     drafter = eagle(target)
     prompt = random_ids(9, 6)
