@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
 from .attention import DraftAttention, KVPair, RMSNorm, cat_kv
+from .checks import positive_int
 from .hidden_drafter import (AnchorBatch, BlockOutput, HiddenStateDrafter, accepted_rows, anchor_positions,
                              drafter_round, drafter_started, sample_slots)
 from .speculative import Draft
@@ -87,7 +88,7 @@ class DFlashDrafter(HiddenStateDrafter):
     """
 
     def __init__(self, target: PreTrainedModel, cfg: DFlashConfig, seed: int = 0) -> None:
-        super().__init__(target, cfg, cfg.block_size, "block_size")
+        super().__init__(target, cfg, positive_int(cfg.block_size, "block_size"))
         self.cfg = cfg
         self.mask_token_id = _token_id(cfg.mask_token_id, self.vocab_size, "mask_token_id")
         self.hidden_norm = RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)

@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
 from .attention import DraftAttention, KVPair, RMSNorm, cat_kv
-from .checks import end_ids as as_end_ids
+from .checks import end_ids as as_end_ids, positive_int
 from .hidden_drafter import (AnchorBatch, BlockOutput, HiddenStateDrafter, accepted_rows, anchor_positions,
                              drafter_round, drafter_started, sample_slots)
 from .speculative import Draft
@@ -99,7 +99,7 @@ class EagleDrafter(HiddenStateDrafter):
 
     def __init__(self, target: PreTrainedModel, cfg: EagleConfig, seed: int = 0,
                  end_ids: int | Sequence[int] | None = None) -> None:
-        super().__init__(target, cfg, cfg.ttt_length, "ttt_length")
+        super().__init__(target, cfg, positive_int(cfg.ttt_length, "ttt_length"))
         self.cfg = cfg
         self.layers = nn.ModuleList(EagleDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         if cfg.own_embeddings:

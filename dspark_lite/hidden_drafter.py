@@ -121,11 +121,13 @@ class HiddenStateDrafter(nn.Module):
     `target_layer_ids` / `block_size` attributes. `block_size` is the block the drafter was
     trained on; a round's gamma may be smaller."""
 
-    def __init__(self, target: PreTrainedModel, cfg, block_size: int, block_size_name: str) -> None:
+    def __init__(self, target: PreTrainedModel, cfg, block_size: int) -> None:
+        """`block_size` arrives checked: each drafter reads it from its own config field (DFlash's
+        `block_size`, Eagle3's `ttt_length`) and names that field when it is wrong."""
         super().__init__()
         config = draft_qwen3_config(target.config, cfg.num_layers, cfg.intermediate_size, cfg.num_heads,
                                     cfg.num_kv_heads, cfg.head_dim)
-        self.block_size = checks.positive_int(block_size, block_size_name)
+        self.block_size = block_size
         self.target_layer_ids = checks.layer_ids(cfg.target_layer_ids, target.config.num_hidden_layers)
         self.vocab_size: int = int(target.config.vocab_size)
         self.hidden_size = int(target.config.hidden_size)
