@@ -10,8 +10,8 @@ outside code (a `$`, `\\command`, `_{` or `^{` that MathJax never typeset), a fi
 text renders below 9 px (the size the build measured in the PNG, ci/kernel_setup.py, scaled by the
 width the browser shows it at; an interactive figure's SVG text, its font size times the scale the
 browser draws it at), a visible icon whose webfont did not load, and, for a chapter page, no
-figure (an <img> or inline <svg> in a cell output or a figure), an output block wider than the
-page column, an empty output box, a table column header that is a code name, and the placeholder
+figure (an <img> or inline <svg> in a cell output or a figure), an output block or a display
+formula wider than the page column, an empty output box, a table column header that is a code name, and the placeholder
 $DSPARK_RESULTS in an output. A redirect page (Jupyter
 Book's index.html) only needs its target to exist. A full-page screenshot of every other page is
 saved in the screenshot folder.
@@ -127,7 +127,7 @@ JS_CHART_FONTS = """() => Array.from(document.querySelectorAll('.vega-embed svg'
 # How a chapter reads (measured on the page as a reader sees it, inside the article): characters of
 # visible text that is prose (markdown, glued values, headings) against code-cell inputs and outputs
 # (folded cells, figures, scripts and toggle labels not counted); prose words; every output block
-# wider than the column or scrolled sideways; empty output boxes; column headers that are code
+# wider than the column or scrolled sideways, and every display formula so; empty output boxes; column headers that are code
 # names (snake_case with a word of three letters or more); and the results placeholder in outputs.
 JS_READING = r"""() => {
     const article = document.querySelector('article.bd-article') || document.body;
@@ -167,10 +167,14 @@ JS_READING = r"""() => {
     const code = /^[a-z][a-z0-9]*(_[a-z0-9]+)+$/i;
     const headers = Array.from(article.querySelectorAll('thead th')).map(th => th.innerText.trim())
         .filter(t => code.test(t) && t.split('_').some(part => part.length >= 3));
+    const wideMath = Array.from(article.querySelectorAll("mjx-container[display='true']"))
+        .filter(e => e.offsetParent !== null)
+        .filter(e => e.scrollWidth > e.clientWidth + 2 || e.getBoundingClientRect().right > column.right + 2)
+        .map(e => Math.round(Math.max(e.scrollWidth, e.getBoundingClientRect().width)));
     const total = counts.prose + counts.input + counts.output;
     return {column_px: Math.round(column.width), prose_chars: counts.prose, input_chars: counts.input,
             output_chars: counts.output, prose_share: total ? counts.prose / total : 1, words: words,
-            wide: wide, empty: empty, code_headers: Array.from(new Set(headers)),
+            wide: wide, wide_math: wideMath, empty: empty, code_headers: Array.from(new Set(headers)),
             placeholder: outputs.some(o => (o.innerText || '').includes('$DSPARK_RESULTS'))};
 }"""
 MIN_FONT_PX = 9.0  # dspark_lite.harness.book.plots.MIN_FONT_PX (not imported: the check runs without the package)
@@ -500,9 +504,11 @@ def _check_page(context: Any, base: str, rel: str, needs_figure: bool,
         if needs_figure:  # a chapter: how it reads
             reading = page.evaluate(JS_READING)
             if shapes is not None:
-                shapes.setdefault(rel, {})["reading"] = {k: v for k, v in reading.items() if k != "wide"}
+                shapes.setdefault(rel, {})["reading"] = {k: v for k, v in reading.items() if k not in ("wide", "wide_math")}
             found += [f"an output block wider than the page column ({w['px']} px in {reading['column_px']} px): "
                       f"{w['text']!r}" for w in reading["wide"][:3]]
+            found += [f"a display formula wider than the page column ({px} px in {reading['column_px']} px)"
+                      for px in reading["wide_math"][:3]]
             if reading["empty"]:
                 found.append(f"{reading['empty']} empty output box(es)")
             found += [f"a table's column header is a code name, not words: {h!r}" for h in reading["code_headers"]]

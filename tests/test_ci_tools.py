@@ -108,6 +108,9 @@ PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "cl
         '</label></div></div></div>'),
     "chapters/wide_output.html": page(FIGURE + '<div class="cell_output"><pre style="white-space: pre; overflow-x: auto">'
                                       + "a long line " * 300 + "</pre></div>"),
+    "chapters/wide_math.html": page(FIGURE + '<p>Words.</p><mjx-container display="true" style="display: block; '
+                                    'overflow-x: auto"><span style="display: inline-block; width: 2000px">B(l) = ...</span>'
+                                    "</mjx-container>"),
     "chapters/empty_output.html": page(FIGURE + '<div class="cell_output"><div class="output stream"><pre> </pre></div></div>'),
     "chapters/code_header.html": page(FIGURE + '<div class="cell_output"><table><thead><tr><th>gain_pct</th><th>a_rj</th>'
                                       "<th>tau</th><th>gain (%)</th></tr></thead><tbody><tr><td>1</td><td>2</td><td>3</td>"
@@ -221,9 +224,12 @@ def test_the_theme_script_for_custom_icons_is_dropped() -> None:
 
 
 def test_what_a_reader_cannot_read_in_the_column_fails(planted: dict[str, list[str]]) -> None:
-    """Wide outputs, empty output boxes, code-name column headers and the results placeholder fail a
+    """Wide outputs and display formulas, empty output boxes, code-name column headers and the results placeholder fail a
     chapter; a header that is a symbol (a_rj, tau) or words passes."""
     assert len(planted["chapters/wide_output.html"]) == 1 and "wider than the page column" in planted["chapters/wide_output.html"][0]
+    assert planted["chapters/wide_math.html"] == [
+        "chapters/wide_math.html: a display formula wider than the page column (2000 px in "
+        + planted["chapters/wide_math.html"][0].split(" px in ")[1]]
     assert planted["chapters/empty_output.html"] == ["chapters/empty_output.html: 1 empty output box(es)"]
     assert planted["chapters/code_header.html"] == [
         "chapters/code_header.html: a table's column header is a code name, not words: 'gain_pct'"]
