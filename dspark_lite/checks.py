@@ -60,17 +60,19 @@ def lengths_in_range(lengths: Any, requests: int, gamma: int, name: str = "lengt
 
 def positive_finite(values: Any, name: str) -> np.ndarray:
     """`values` (a number or an array) as float64; ValueError unless every one is positive and finite."""
-    arr = float_array(values, name)
-    if not np.isfinite(arr).all() or np.any(arr <= 0):
-        raise ValueError(f"{name} must be positive and finite; got {arr.tolist()}")
-    return arr
+    return _finite_where(values, name, lambda arr: arr > 0, "positive and finite")
 
 
 def finite_at_least(values: Any, name: str, low: float) -> np.ndarray:
     """`values` (a number or an array) as float64; ValueError unless every one is finite and >= `low`."""
+    return _finite_where(values, name, lambda arr: arr >= low, f"finite and >= {low:g}")
+
+
+def _finite_where(values: Any, name: str, holds: Any, wording: str) -> np.ndarray:
+    """`values` as float64; ValueError (`name` must be `wording`) unless every one is finite and `holds`."""
     arr = float_array(values, name)
-    if not np.isfinite(arr).all() or np.any(arr < low):
-        raise ValueError(f"{name} must be finite and >= {low:g}; got {arr.tolist()}")
+    if not np.isfinite(arr).all() or not np.all(holds(arr)):
+        raise ValueError(f"{name} must be {wording}; got {arr.tolist()}")
     return arr
 
 
