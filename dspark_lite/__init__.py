@@ -11,7 +11,8 @@ Two layers. This folder is the method, what a reader of the paper needs, in read
   record        the one record of rounds the engine writes and everything else reads
   kvcache       the target's KV cache across transformers versions, and its self-check
   attention     the draft layers' attention over context and block keys/values (Eq. 3)
-  hidden_drafter  what drafters reading the target's hidden states share (Eq. 2's projection)
+  hidden_drafter  what drafters reading the target's hidden states share: DrafterConfig, their one
+                config, and Eq. 2's projection
   dflash        the parallel DFlash backbone (Eq. 2-3)
   eagle         the EAGLE-3 style autoregressive baseline
   dspark        the Markov / RNN heads and the confidence head (Eq. 4-8)

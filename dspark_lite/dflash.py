@@ -1,7 +1,7 @@
 """DFlash, the parallel block drafter (chapter 03, paper section 2.2, Eq. 2-3), with DSpark's
 anchor-first block (section 3): the block is the anchor (the last committed token) followed
-by block_size - 1 mask tokens, and ONE forward gives block_size base logits; slot k
-(k = 1..block_size) predicts the token at position p + k, where p is the anchor's position.
+by gamma - 1 mask tokens, and ONE forward gives gamma base logits; slot k
+(k = 1..gamma) predicts the token at position p + k, where p is the anchor's position.
 Context features H_ctx = RMSNorm(W_c [H(l_1); ...; H(l_m)]) (Eq. 2, `DFlashDrafter.context_features`)
 are injected into every draft layer as extra keys and values (Eq. 3, `attention.DraftAttention`).
 
@@ -15,41 +15,15 @@ Two ways through the same layers:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
 from .attention import DraftAttention, KVPair, RMSNorm, cat_kv
-from .checks import positive_int
-from .hidden_drafter import (AnchorBatch, BlockOutput, HiddenStateDrafter, accepted_rows, anchor_positions,
-                             drafter_round, drafter_started, sample_slots)
+from .hidden_drafter import (AnchorBatch, BlockOutput, DrafterConfig, HiddenStateDrafter, accepted_rows,
+                             anchor_positions, drafter_round, drafter_started, sample_slots)
 from .speculative import Draft
-
-
-@dataclass(frozen=True)
-class DFlashConfig:
-    """The parallel drafter's shape.
-
-    target_layer_ids: 0-based target decoder layers whose outputs form the context
-        (`speculative` hidden-state convention); strictly increasing.
-    mask_token_id: the token that fills block slots 2..block_size (the tokenizer's mask token).
-    block_size: the slots one forward predicts (anchor + block_size - 1 masks); a round may
-        use its first gamma <= block_size.
-    num_layers: draft decoder layers. The hidden size is the target's (shared embedding and
-        LM head); heads, head_dim and MLP width default to the target's (None).
-    """
-
-    target_layer_ids: tuple[int, ...]
-    mask_token_id: int
-    block_size: int = 8
-    num_layers: int = 1
-    intermediate_size: int | None = None
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
 
 
 class DFlashDecoderLayer(nn.Module):
@@ -76,20 +50,19 @@ class DFlashDecoderLayer(nn.Module):
 class DFlashDrafter(HiddenStateDrafter):
     """The parallel block drafter with DSpark's anchor-first block.
 
-    The block at anchor position p holds the anchor and block_size - 1 mask tokens at
-    positions p..p+block_size-1; it attends bidirectionally to itself and to every context
-    position < p (RoPE positions 0..p-1). One forward gives block_size base logits; slot k
-    predicts the token at p + k. `draft` runs the full trained block and returns its first
-    gamma <= block_size slots, each sampled independently.
+    The block at anchor position p holds the anchor and gamma - 1 mask tokens at
+    positions p..p+gamma-1; it attends bidirectionally to itself and to every context
+    position < p (RoPE positions 0..p-1). One forward gives gamma base logits; slot k
+    predicts the token at p + k. `draft` runs the full trained block and returns the first
+    slots a round asks for (at most the block's gamma), each sampled independently.
 
     state_dict keys (DeepSpec's): fc, hidden_norm, layers.N.{input_layernorm,
     post_attention_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
     mlp.{gate,up,down}_proj}, norm.
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: DFlashConfig, seed: int = 0) -> None:
-        super().__init__(target, cfg, positive_int(cfg.block_size, "block_size"))
-        self.cfg = cfg
+    def __init__(self, target: PreTrainedModel, cfg: DrafterConfig, seed: int = 0) -> None:
+        super().__init__(target, cfg)
         self.mask_token_id = _token_id(cfg.mask_token_id, self.vocab_size, "mask_token_id")
         self.hidden_norm = RMSNorm(self.hidden_size, eps=self.layer_config.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
@@ -120,8 +93,8 @@ class DFlashDrafter(HiddenStateDrafter):
         return self.norm(x)
 
     def make_block_ids(self, anchor_tokens: Tensor) -> Tensor:
-        """Blocks [..., block_size]: each anchor token followed by block_size - 1 mask ids."""
-        masks = torch.full((*anchor_tokens.shape, self.block_size - 1), self.mask_token_id, dtype=torch.long,
+        """Blocks [..., gamma]: each anchor token followed by gamma - 1 mask ids."""
+        masks = torch.full((*anchor_tokens.shape, self.gamma - 1), self.mask_token_id, dtype=torch.long,
                            device=anchor_tokens.device)
         return torch.cat([anchor_tokens.long()[..., None], masks], dim=-1)
 
@@ -203,24 +176,26 @@ class DFlashDrafter(HiddenStateDrafter):
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """Run one block at the anchor (the last of `context_ids`, every token so far) and
         sample its first gamma slots."""
-        drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
+        drafter_round(self.context_length, context_ids, gamma, self.gamma, type(self).__name__)
         hidden = self.next_block_hidden(context_ids)
         return sample_slots(self.logits_from_hidden(hidden[:gamma]), temperature, generator)
 
     def next_block_hidden(self, context_ids: Tensor) -> Tensor:
-        """Final-normed hidden states [block_size, H] of the block at the anchor (the last of
+        """Final-normed hidden states [gamma, H] of the block at the anchor (the last of
         `context_ids`) over the whole context: `block_hidden` at the anchor, from the cache."""
         anchor_position = context_ids.shape[0] - 1
         block_ids = self.make_block_ids(context_ids[-1:].to(self.device))  # [1, G]
-        positions = torch.arange(anchor_position, anchor_position + self.block_size, device=self.device)[None]
+        positions = torch.arange(anchor_position, anchor_position + self.gamma, device=self.device)[None]
         return self.run_block(block_ids, positions, self._context_kv, None)[0]
 
 
 # --- checks (this module's door)
 
 
-def _token_id(value: int, vocab_size: int, name: str) -> int:
+def _token_id(value: int | None, vocab_size: int, name: str) -> int:
     """`value` as an int; ValueError unless it is an id of the target's vocabulary."""
+    if value is None:
+        raise ValueError(f"a block drafter needs a {name} (DrafterConfig.{name}): the token of the block's slots 2..gamma")
     if not 0 <= int(value) < vocab_size:
         raise ValueError(f"{name} {value} is outside the target's vocabulary [0, {vocab_size})")
     return int(value)

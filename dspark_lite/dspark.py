@@ -15,10 +15,11 @@ bias of a whole block is one batched lookup. Drafting is a left-to-right loop ov
 gamma slots: sample x_k from the corrected softmax, feed it to slot k + 1. The `Draft`
 carries exactly those corrected distributions, so verification stays lossless.
 
-Names and shapes follow DeepSpec (deepspec/modeling/dspark/markov_head.py), so released
-weights load: markov_head.markov_w1.weight [V, r], markov_head.markov_w2.weight [V, r]
-and, for the RNN head, markov_head.joint_proj.{weight [3r, 2r + H], bias [3r]} whose
-output rows are the gate, candidate and output blocks in that order.
+Shapes follow DeepSpec (deepspec/modeling/dspark/markov_head.py): head.w1.weight [V, r],
+head.w2.weight [V, r] and, for the RNN head, head.joint_proj.{weight [3r, 2r + H], bias [3r]},
+whose output rows are the gate, candidate and output blocks in that order. DeepSpec names the
+head `markov_head` and its tables `markov_w1` / `markov_w2` whichever head it is; the
+checkpoint reader (`harness.gpu.checkpoints.KEY_MAP`) maps those names to ours.
 
 Chapter 05 adds the `ConfidenceHead` (Eq. 7): c_k = sigmoid(w . [h_k; W1[x_{k-1}]] + b), trained
 jointly against 1 - TV (Eq. 8) or attached to a frozen drafter; the Draft carries c_1..c_gamma.
@@ -26,16 +27,14 @@ The paper writes Eq. 7 without the bias b; DeepSpec's head, whose weights load h
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 
 from . import checks
-from .dflash import DFlashConfig, DFlashDrafter
-from .hidden_drafter import AnchorBatch, BlockOutput, drafter_round
+from .dflash import DFlashDrafter
+from .hidden_drafter import AnchorBatch, BlockOutput, DrafterConfig, drafter_round
 from .sampling import gumbel_perturbed, probs_from_logits
 from .speculative import Draft
 
@@ -47,13 +46,13 @@ class MarkovHead(nn.Module):
 
     def __init__(self, vocab_size: int, rank: int) -> None:
         super().__init__()
-        self.rank = checks.positive_int(rank, "markov_rank")
-        self.markov_w1 = nn.Embedding(vocab_size, rank)
-        self.markov_w2 = nn.Linear(rank, vocab_size, bias=False)
+        self.rank = checks.positive_int(rank, "head_rank")
+        self.w1 = nn.Embedding(vocab_size, rank)
+        self.w2 = nn.Linear(rank, vocab_size, bias=False)
 
     def prev_embedding(self, prev_tokens: Tensor) -> Tensor:
         """W1[x_{k-1}], [..., r]."""
-        return self.markov_w1(prev_tokens.long())
+        return self.w1(prev_tokens.long())
 
     def initial_state(self, hidden: Tensor) -> Tensor | None:
         """The state before slot 1 for slot hidden states [..., H]; the Markov head has none."""
@@ -63,12 +62,12 @@ class MarkovHead(nn.Module):
         """One slot: (next state, bias [..., V]) from the previous token [...] and the slot's
         backbone hidden state [..., H]. (The functional calls skip module overhead: this runs
         once per drafted token.)"""
-        return None, F.linear(F.embedding(prev_tokens.long(), self.markov_w1.weight), self.markov_w2.weight)
+        return None, F.linear(F.embedding(prev_tokens.long(), self.w1.weight), self.w2.weight)
 
     def block_bias(self, prev_tokens: Tensor, hidden: Tensor) -> Tensor:
         """Teacher-forced biases [..., G, V] for previous tokens [..., G] (slot k reads
         x_{k-1}; slot 1 reads the anchor) and slot hidden states [..., G, H]: one lookup."""
-        return self.markov_w2(self.prev_embedding(prev_tokens))
+        return self.w2(self.prev_embedding(prev_tokens))
 
 
 class RNNHead(MarkovHead):
@@ -90,7 +89,7 @@ class RNNHead(MarkovHead):
 
     def step(self, state: Tensor, prev_tokens: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor]:
         state, output = self.advance(state, self.prev_embedding(prev_tokens), hidden)
-        return state, self.markov_w2(output)
+        return state, self.w2(output)
 
     def block_bias(self, prev_tokens: Tensor, hidden: Tensor) -> Tensor:
         """Teacher-forced biases: only the state is unrolled over the block's slots; the
@@ -100,7 +99,7 @@ class RNNHead(MarkovHead):
         for k in range(prev_tokens.shape[-1]):
             state, output = self.advance(state, embeddings[..., k, :], hidden[..., k, :])
             outputs.append(output)
-        return self.markov_w2(torch.stack(outputs, dim=-2))
+        return self.w2(torch.stack(outputs, dim=-2))
 
 
 class ConfidenceHead(nn.Module):
@@ -149,34 +148,22 @@ def sample_chain(head: MarkovHead, base_logits: Tensor, hidden: Tensor, anchor_t
     return Draft(torch.cat(tokens), probs_from_logits(base + torch.cat(biases), temperature))
 
 
-@dataclass(frozen=True)
-class DSparkConfig(DFlashConfig):
-    """A DFlash backbone plus a sequential head.
-
-    head_type: "markov" (Eq. 5, the paper's default) or "rnn" (Eq. 6).
-    markov_rank: r, the width of W1 / W2 (and the RNN state); 256 for Qwen3-4B.
-    confidence_head: add the confidence head of Eq. 7, trained jointly.
-    """
-
-    head_type: str = "markov"
-    markov_rank: int = 64
-    confidence_head: bool = False
-
-
 class DSparkDrafter(DFlashDrafter):
     """The semi-autoregressive drafter: one parallel forward gives the base logits
     U_1..U_gamma and the slot hidden states h_1..h_gamma; the head then walks the block left
     to right. It plugs into the engine (`speculative`) and the trainer (`training`).
 
-    state_dict keys: DFlashDrafter's, plus markov_head.markov_w1.weight,
-    markov_head.markov_w2.weight (and markov_head.joint_proj.{weight,bias} for the RNN head).
-    With the same seed, the backbone starts from the same weights as a DFlashDrafter.
+    Its config is the backbone's `DrafterConfig` with head_type ("markov", Eq. 5, the paper's
+    default, or "rnn", Eq. 6), head_rank r and confidence_head (Eq. 7, trained jointly).
+    state_dict keys: DFlashDrafter's, plus head.w1.weight, head.w2.weight (and
+    head.joint_proj.{weight,bias} for the RNN head). With the same seed, the backbone starts from
+    the same weights as a DFlashDrafter.
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: DSparkConfig, seed: int = 0) -> None:
+    def __init__(self, target: PreTrainedModel, cfg: DrafterConfig, seed: int = 0) -> None:
         super().__init__(target, cfg, seed)
-        self.markov_head = make_head(cfg.head_type, self.vocab_size, cfg.markov_rank, self.hidden_size)
-        self._init_head(self.markov_head, seed + 1)
+        self.head = make_head(cfg.head_type, self.vocab_size, cfg.head_rank, self.hidden_size)
+        self._init_head(self.head, seed + 1)
         self.confidence_head: ConfidenceHead | None = None
         if cfg.confidence_head:
             self.add_confidence_head(seed)
@@ -196,7 +183,7 @@ class DSparkDrafter(DFlashDrafter):
         stops training, so the trainer fits the head alone on a trained drafter."""
         if freeze_drafter:
             self.requires_grad_(False)
-        self.confidence_head = ConfidenceHead(self.hidden_size, self.markov_head.rank)
+        self.confidence_head = ConfidenceHead(self.hidden_size, self.head.rank)
         self._init_head(self.confidence_head, seed + 2)
         return self.confidence_head
 
@@ -204,45 +191,45 @@ class DSparkDrafter(DFlashDrafter):
         """The confidence logits z_k [..., G] (float32; c_k = sigmoid(z_k)) for slot hidden states
         [..., G, H] and the tokens before the slots [..., G]."""
         _confidence_head(self.confidence_head)
-        return self.confidence_head(hidden, self.markov_head.prev_embedding(prev_tokens)).float()
+        return self.confidence_head(hidden, self.head.prev_embedding(prev_tokens)).float()
 
     def load_backbone(self, backbone: DFlashDrafter) -> "DSparkDrafter":
         """Start from a trained DFlash drafter: copy its weights into the backbone
         and zero W2, so that this drafter drafts exactly as `backbone` until it trains further."""
-        heads = ("markov_head.", "confidence_head.")
+        heads = ("head.", "confidence_head.")
         ours = {k: v.shape for k, v in self.state_dict().items() if not k.startswith(heads)}
         theirs = {k: v.shape for k, v in backbone.state_dict().items()}
         _same_shapes(ours, theirs, f"{type(backbone).__name__} is not a DFlash backbone of this drafter")
         self.load_state_dict(backbone.state_dict(), strict=False)
         with torch.no_grad():
-            self.markov_head.markov_w2.weight.zero_()
+            self.head.w2.weight.zero_()
         return self
 
     def previous_tokens(self, input_ids: Tensor, anchor_pos: Tensor) -> Tensor:
-        """Teacher-forced x_{k-1} for slots k = 1..block_size of anchors [B, A]: the tokens at
-        anchor + 0 .. anchor + block_size - 1 (clamped at the end; those slots are masked)."""
-        offsets = torch.arange(self.block_size, device=input_ids.device)
+        """Teacher-forced x_{k-1} for slots k = 1..gamma of anchors [B, A]: the tokens at
+        anchor + 0 .. anchor + gamma - 1 (clamped at the end; those slots are masked)."""
+        offsets = torch.arange(self.gamma, device=input_ids.device)
         positions = (anchor_pos[..., None] + offsets).clamp(max=input_ids.shape[1] - 1)
         return input_ids.gather(1, positions.flatten(1)).view(positions.shape)
 
     def train_logits(self, batch: AnchorBatch) -> BlockOutput:
-        """Teacher-forced corrected logits [B, A, block_size, V]: U_k + B_k(true prefix)."""
+        """Teacher-forced corrected logits [B, A, gamma, V]: U_k + B_k(true prefix)."""
         ids, anchors = batch.input_ids.to(self.device), batch.anchor_pos.to(self.device).long()
         prev = self.previous_tokens(ids, anchors)
         hidden = self.block_hidden(batch.target_hidden, self.make_block_ids(prev[..., 0]), anchors)
         base = self.logits_from_hidden(hidden)
         confidence_logits = None
         if self.confidence_head is not None:
-            confidence_logits = self.confidence_head(hidden, self.markov_head.prev_embedding(prev))
-        return BlockOutput(base + self.markov_head.block_bias(prev, hidden).to(base.dtype), confidence_logits)
+            confidence_logits = self.confidence_head(hidden, self.head.prev_embedding(prev))
+        return BlockOutput(base + self.head.block_bias(prev, hidden).to(base.dtype), confidence_logits)
 
     @torch.inference_mode()
     def draft(self, context_ids: Tensor, gamma: int, temperature: float, generator: torch.Generator | None) -> Draft:
         """One parallel block forward at the anchor (the last of `context_ids`, every token so
         far), then the head's left-to-right sampling loop over gamma slots."""
-        drafter_round(self.context_length, context_ids, gamma, self.block_size, type(self).__name__)
+        drafter_round(self.context_length, context_ids, gamma, self.gamma, type(self).__name__)
         hidden = self.next_block_hidden(context_ids)[:gamma]  # [gamma, H]
-        draft = sample_chain(self.markov_head, self.logits_from_hidden(hidden), hidden, context_ids[-1],
+        draft = sample_chain(self.head, self.logits_from_hidden(hidden), hidden, context_ids[-1],
                              temperature, generator)
         if self.confidence_head is not None:
             prev = torch.cat([context_ids[-1:].to(draft.tokens.device), draft.tokens[:-1]])

@@ -4,15 +4,14 @@ token, drafts token by token (up to gamma passes), feeding its own hidden state 
 place of the target's features beyond the anchor. Given end ids it stops the chain at the
 first one it drafts, as DeepSpec's Eagle3 evaluator does.
 
-Training unrolls `ttt_length` steps (training-time test) with the true tokens and the
-drafter's own hidden states; drafting may run any number of steps. An EagleDrafter built
-with `EagleConfig(own_embeddings=True)` holds its own frozen `embed_tokens` and `lm_head`
+Training unrolls gamma steps (training-time test; DeepSpec's `ttt_length`) with the true
+tokens and the drafter's own hidden states; drafting may run any number of steps. An
+EagleDrafter built with `DrafterConfig(own_embeddings=True)` holds its own frozen `embed_tokens` and `lm_head`
 instead of sharing the target's, DeepSpec's Qwen3Eagle3Model layout key for key (chapter 07
 loads a released Eagle3 that way when asked to use the checkpoint's copies).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -22,32 +21,10 @@ from transformers import PreTrainedModel
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
 from .attention import DraftAttention, KVPair, RMSNorm, cat_kv
-from .checks import end_ids as as_end_ids, positive_int
-from .hidden_drafter import (AnchorBatch, BlockOutput, HiddenStateDrafter, accepted_rows, anchor_positions,
-                             drafter_round, drafter_started, sample_slots)
+from .checks import end_ids as as_end_ids
+from .hidden_drafter import (AnchorBatch, BlockOutput, DrafterConfig, HiddenStateDrafter, accepted_rows,
+                             anchor_positions, drafter_round, drafter_started, sample_slots)
 from .speculative import Draft
-
-
-@dataclass(frozen=True)
-class EagleConfig:
-    """The EAGLE-3 style baseline's shape.
-
-    ttt_length: the training-time-test horizon, the steps unrolled during training (its
-        block size; the drafter can still draft any number of tokens at inference).
-    own_embeddings: hold an own frozen token embedding and full-vocabulary LM head
-        (`embed_tokens`, `lm_head`: copies of the target's at construction, in the state_dict,
-        as in DeepSpec's Qwen3Eagle3Model) instead of sharing the target's (False, the toy world).
-    Other fields as in `dflash.DFlashConfig`.
-    """
-
-    target_layer_ids: tuple[int, ...]
-    ttt_length: int = 8
-    num_layers: int = 1
-    intermediate_size: int | None = None
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    own_embeddings: bool = False
 
 
 class EagleDecoderLayer(nn.Module):
@@ -85,7 +62,7 @@ class EagleDrafter(HiddenStateDrafter):
     that is an end id, which stays in the draft, so a draft may hold fewer than gamma tokens;
     the engine verifies what was drafted (`speculative.speculative_generate`). That is the
     chain of DeepSpec's deepspec/eval/eagle3/evaluator.py, `Qwen3Eagle3Evaluator._propose`:
-    `for _ in range(ttt_length)`: logits, sample, append, `if has_stop_token(...): break`.
+    `for _ in range(ttt_length)` (our gamma): logits, sample, append, `if has_stop_token(...): break`.
     The end ids are the drafter's (set at construction or later through `end_ids`), not passed
     per call, so the Drafter protocol and every other drafter are unchanged; a caller that
     stops generation at end ids gives the drafter the same ones (DeepSpec uses the target's
@@ -93,14 +70,13 @@ class EagleDrafter(HiddenStateDrafter):
 
     state_dict keys (DeepSpec's Qwen3Eagle3Model): fc, layers.N.{hidden_norm, input_layernorm,
     post_attention_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
-    mlp.{gate,up,down}_proj}, norm; with `EagleConfig.own_embeddings` also embed_tokens and
+    mlp.{gate,up,down}_proj}, norm; with `DrafterConfig.own_embeddings` also embed_tokens and
     lm_head (frozen, full vocabulary).
     """
 
-    def __init__(self, target: PreTrainedModel, cfg: EagleConfig, seed: int = 0,
+    def __init__(self, target: PreTrainedModel, cfg: DrafterConfig, seed: int = 0,
                  end_ids: int | Sequence[int] | None = None) -> None:
-        super().__init__(target, cfg, positive_int(cfg.ttt_length, "ttt_length"))
-        self.cfg = cfg
+        super().__init__(target, cfg)
         self.layers = nn.ModuleList(EagleDecoderLayer(self.layer_config) for _ in range(cfg.num_layers))
         if cfg.own_embeddings:
             self.embed_tokens = nn.Embedding(self.vocab_size, self.hidden_size)
@@ -166,8 +142,8 @@ class EagleDrafter(HiddenStateDrafter):
     # -- training: training-time test over a batch of anchors -----------------------------
 
     def train_logits(self, batch: AnchorBatch) -> BlockOutput:
-        """Logits [B, A, ttt_length, V] for anchors [B, A]: one causal pass over all target
-        entries, then ttt_length - 1 unrolled steps per anchor, each step's query seeing the
+        """Logits [B, A, gamma, V] for anchors [B, A]: one causal pass over all target
+        entries, then gamma - 1 unrolled steps per anchor, each step's query seeing the
         entries before the anchor and its own earlier steps only."""
         hidden = self.checked_hidden(batch.target_hidden, 3)
         ids, anchors = batch.input_ids.to(self.device), batch.anchor_pos.to(self.device).long()
@@ -182,7 +158,7 @@ class EagleDrafter(HiddenStateDrafter):
         logits = [self.step_logits(step_hidden)]
         sees_entry = torch.arange(length, device=self.device) < anchors[..., None]  # [B, A, T]
         own_anchor = torch.eye(anchors.shape[1], dtype=torch.bool, device=self.device).expand(batch_size, -1, -1)
-        for step in range(1, self.block_size):
+        for step in range(1, self.gamma):
             tokens = ids.gather(1, (anchors + step).clamp(max=length - 1))
             allowed = torch.cat([sees_entry] + [own_anchor] * step, dim=-1)  # [B, A, T + A * step]
             step_hidden, step_kv = self.run_layers(step_hidden, tokens, anchors - 1 + step, past, allowed)

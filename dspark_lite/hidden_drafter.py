@@ -51,8 +51,8 @@ class AnchorBatch:
 
 @dataclass
 class BlockOutput:
-    """A drafter's training output: logits [B, A, block_size, V] and optionally the confidence
-    head's logits [B, A, block_size], trained against 1 - TV."""
+    """A drafter's training output: logits [B, A, gamma, V] and optionally the confidence
+    head's logits [B, A, gamma], trained against 1 - TV."""
 
     logits: Tensor
     confidence_logits: Tensor | None = None
@@ -115,19 +115,50 @@ def sample_slots(logits: Tensor, temperature: float, generator: torch.Generator 
     return Draft(tokens, probs_from_logits(logits, temperature))
 
 
+@dataclass(frozen=True)
+class DrafterConfig:
+    """The one config of every drafter (DFlash, DSpark and the EAGLE-style baseline), as
+    nanoGPT's GPTConfig: the target supplies the rest (hidden size, vocabulary, RMSNorm eps, RoPE).
+
+    target_layer_ids: 0-based target decoder layers whose outputs form the context
+        (`speculative` hidden-state convention); strictly increasing.
+    gamma: the block the drafter is trained on, the paper's gamma: DFlash and DSpark predict
+        gamma slots in one forward (the anchor + gamma - 1 masks), the EAGLE-style drafter
+        unrolls gamma steps in training; a round may draft fewer.
+    num_layers: draft decoder layers. Heads, head_dim and MLP width default to the target's (None).
+    mask_token_id: DFlash and DSpark: the token that fills block slots 2..gamma.
+    head_type / head_rank / confidence_head: DSpark: "markov" (Eq. 5) or "rnn" (Eq. 6); r, the
+        width of W1 / W2 (and the RNN state; 256 for Qwen3-4B); the confidence head of Eq. 7.
+    own_embeddings: the EAGLE-style drafter holds its own frozen copies of the target's embedding
+        and LM head (as DeepSpec's Qwen3Eagle3Model) instead of sharing the target's.
+    """
+
+    target_layer_ids: tuple[int, ...]
+    gamma: int = 8
+    mask_token_id: int | None = None
+    num_layers: int = 1
+    intermediate_size: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    head_type: str = "markov"
+    head_rank: int = 64
+    confidence_head: bool = False
+    own_embeddings: bool = False
+
+
 class HiddenStateDrafter(nn.Module):
     """What both drafters share: the target's frozen embedding and LM head, the context
     projection `fc` (no bias), the final `norm`, RoPE, and the protocol's `vocab_size` /
-    `target_layer_ids` / `block_size` attributes. `block_size` is the block the drafter was
-    trained on; a round's gamma may be smaller."""
+    `target_layer_ids` / `gamma` attributes. `gamma` is the block the drafter was trained on;
+    a round may draft fewer."""
 
-    def __init__(self, target: PreTrainedModel, cfg, block_size: int) -> None:
-        """`block_size` arrives checked: each drafter reads it from its own config field (DFlash's
-        `block_size`, Eagle3's `ttt_length`) and names that field when it is wrong."""
+    def __init__(self, target: PreTrainedModel, cfg: DrafterConfig) -> None:
         super().__init__()
         config = draft_qwen3_config(target.config, cfg.num_layers, cfg.intermediate_size, cfg.num_heads,
                                     cfg.num_kv_heads, cfg.head_dim)
-        self.block_size = block_size
+        self.cfg = cfg
+        self.gamma = checks.positive_int(cfg.gamma, "gamma")
         self.target_layer_ids = checks.layer_ids(cfg.target_layer_ids, target.config.num_hidden_layers)
         self.vocab_size: int = int(target.config.vocab_size)
         self.hidden_size = int(target.config.hidden_size)
@@ -205,15 +236,17 @@ def drafter_started(context_length: int | None, who: str) -> None:
         raise ValueError(f"{who} used before start(); call start(prompt_ids, target_hidden) first")
 
 
-def drafter_round(context_length: int | None, context_ids: Tensor, gamma: int, block_size: int | None,
+def drafter_round(context_length: int | None, context_ids: Tensor, gamma: int, block_gamma: int | None,
                   who: str) -> None:
     """ValueError unless the drafter was started, holds context for every position before the
-    anchor (the last of `context_ids`), and 1 <= gamma (<= block_size, when it has one)."""
+    anchor (the last of `context_ids`), and 1 <= gamma (<= the gamma of its block, when it drafts
+    in blocks)."""
     drafter_started(context_length, who)
-    if block_size is None:
+    if block_gamma is None:
         checks.positive_int(gamma, "gamma")
-    elif not 1 <= gamma <= block_size:
-        raise ValueError(f"gamma must be in [1, block_size = {block_size}] for this drafter, got {gamma}")
+    elif not 1 <= gamma <= block_gamma:
+        raise ValueError(f"gamma must be in [1, {block_gamma}] for this drafter (the block it was built with), "
+                         f"got {gamma}")
     anchor_position = context_ids.shape[0] - 1
     if context_length != anchor_position:
         raise ValueError(f"the drafter holds context for {context_length} positions but the anchor sits at "

@@ -7,7 +7,7 @@ once before training), then each drafter takes an AdamW step on the block loss o
 `loss.block_loss`: 0.1 CE + 0.9 TV with position weights w_k = exp(-(k - 1) / decay), plus the
 confidence BCE for a drafter with a confidence head.
 
-Any drafter with `train_logits(AnchorBatch) -> BlockOutput | Tensor`, a `block_size` and
+Any drafter with `train_logits(AnchorBatch) -> BlockOutput | Tensor`, a `gamma` and
 `target_layer_ids` trains with `train_drafter`; several train side by side, on one view of the
 target, with `train_drafters`, which resumes an interrupted run through `resume`.
 """
@@ -33,7 +33,7 @@ from .training_data import TargetViews, TrainingSequences, sample_anchor_positio
 class TrainableDrafter(Protocol):
     """What `train_drafter` needs from a drafter."""
 
-    block_size: int
+    gamma: int
     target_layer_ids: tuple[int, ...] | None
 
     def train_logits(self, batch: AnchorBatch) -> BlockOutput | Tensor: ...
@@ -111,7 +111,7 @@ def drafter_loss(drafter: TrainableDrafter, batch: TargetBatch, cfg: DrafterTrai
     with fast_autocast(device):
         output = _as_block_output(drafter.train_logits(AnchorBatch(batch.input_ids.to(device), hidden,
                                                                    batch.anchors.to(device))))
-    targets = block_targets(batch.input_ids, batch.logits.to(device), batch.anchors, batch.lengths, drafter.block_size)
+    targets = block_targets(batch.input_ids, batch.logits.to(device), batch.anchors, batch.lengths, drafter.gamma)
     return block_loss(output, targets, cfg)
 
 

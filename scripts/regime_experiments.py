@@ -96,7 +96,7 @@ def main() -> None:
     trained = zoo.load_or_train_drafters(world, args.kinds, recipe)
     for kind in args.kinds:
         drafter, history = trained[kind]
-        report = evaluation.measure_acceptance(world, drafter, recipe.block_size, args.prompts, args.new_tokens, desc=kind)
+        report = evaluation.measure_acceptance(world, drafter, recipe.gamma, args.prompts, args.new_tokens, desc=kind)
         out["drafters"][kind] = {
             "share": regime.non_embedding_parameters(drafter) / out["target"]["non_embedding"],
             "train_seconds": getattr(history, "seconds", None),

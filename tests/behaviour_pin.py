@@ -20,6 +20,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dspark_lite import dflash, dspark, eagle, scheduler  # noqa: E402
+from dspark_lite.hidden_drafter import DrafterConfig  # noqa: E402
 from dspark_lite.harness.toy.replies import generate_training_sequences  # noqa: E402
 from dspark_lite.speculative import speculative_generate  # noqa: E402
 from dspark_lite.stepcurve import StepCurve  # noqa: E402
@@ -44,13 +45,13 @@ def tiny_target() -> Qwen3ForCausalLM:
 def build(kind: str, target: Qwen3ForCausalLM, seed: int = 1):
     """An untrained drafter of `kind` (the one place that follows the package's API)."""
     if kind == "eagle":
-        return eagle.EagleDrafter(target, eagle.EagleConfig(LAYER_IDS, ttt_length=GAMMA), seed=seed)
+        return eagle.EagleDrafter(target, DrafterConfig(LAYER_IDS, gamma=GAMMA), seed=seed)
     if kind == "dflash":
-        return dflash.DFlashDrafter(target, dflash.DFlashConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA,
-                                                                num_layers=2), seed=seed)
+        return dflash.DFlashDrafter(target, DrafterConfig(LAYER_IDS, gamma=GAMMA, mask_token_id=MASK_ID, num_layers=2),
+                                    seed=seed)
     head = "rnn" if kind == "dspark-rnn" else "markov"
-    cfg = dspark.DSparkConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA, num_layers=2, head_type=head,
-                              markov_rank=8, confidence_head=kind == "dspark-confidence")
+    cfg = DrafterConfig(LAYER_IDS, gamma=GAMMA, mask_token_id=MASK_ID, num_layers=2, head_type=head, head_rank=8,
+                        confidence_head=kind == "dspark-confidence")
     return dspark.DSparkDrafter(target, cfg, seed=seed)
 
 

@@ -19,7 +19,8 @@ from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dspark_lite import kvcache  # noqa: E402
-from dspark_lite.dspark import DSparkConfig, DSparkDrafter  # noqa: E402
+from dspark_lite.dspark import DSparkDrafter  # noqa: E402
+from dspark_lite.hidden_drafter import DrafterConfig  # noqa: E402
 from dspark_lite.baselines import ModelDrafter, autoregressive_generate  # noqa: E402
 from dspark_lite.kvcache import check_kv_cache  # noqa: E402
 from dspark_lite.speculative import speculative_generate  # noqa: E402
@@ -63,8 +64,8 @@ def run_checks() -> dict:
     torch.set_num_threads(1)
     target = tiny_target()
     drafters = {
-        "dspark": DSparkDrafter(target, DSparkConfig((0, 2), mask_token_id=VOCAB - 1, block_size=GAMMA,
-                                                     num_layers=1, markov_rank=8), seed=1).eval(),
+        "dspark": DSparkDrafter(target, DrafterConfig((0, 2), mask_token_id=VOCAB - 1, gamma=GAMMA,
+                                                     num_layers=1, head_rank=8), seed=1).eval(),
         "target itself": ModelDrafter(target),  # accepts everything: no round removes a position
         "noisy copy": ModelDrafter(noisy_copy(target, seed=1, noise=0.3)),
     }

@@ -12,8 +12,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite.harness.gpu import checkpoints, layouts, weights
 from dspark_lite.harness.gpu.weights import CheckpointError
-from dspark_lite.dflash import DFlashConfig, DFlashDrafter
-from dspark_lite.dspark import DSparkConfig, DSparkDrafter
+from dspark_lite.dflash import DFlashDrafter
+from dspark_lite.dspark import DSparkDrafter
+from dspark_lite.hidden_drafter import DrafterConfig
 
 QWEN3_4B = Path(__file__).resolve().parent.parent / "data" / "qwen3_4b"
 
@@ -27,8 +28,8 @@ def tiny_target(vocab: int = 97, hidden: int = 32, layers: int = 3, seed: int = 
 
 
 def tiny_dspark(target: Qwen3ForCausalLM, head_type: str = "markov", confidence: bool = True) -> DSparkDrafter:
-    cfg = DSparkConfig(target_layer_ids=(0, 1), mask_token_id=5, block_size=4, num_layers=2, head_type=head_type,
-                       markov_rank=6, confidence_head=confidence)
+    cfg = DrafterConfig(target_layer_ids=(0, 1), mask_token_id=5, gamma=4, num_layers=2, head_type=head_type,
+                       head_rank=6, confidence_head=confidence)
     drafter = DSparkDrafter(target, cfg, seed=3)
     with torch.no_grad():  # non-zero biases and norms, so that a dropped tensor would show
         for param in drafter.parameters():
@@ -95,7 +96,7 @@ def test_config_fields_map_onto_ours(saved: tuple[DSparkDrafter, Path], target: 
 
 
 def test_dflash_round_trip_has_no_heads(tmp_path: Path, target: Qwen3ForCausalLM) -> None:
-    drafter = DFlashDrafter(target, DFlashConfig(target_layer_ids=(1,), mask_token_id=4, block_size=3), seed=1)
+    drafter = DFlashDrafter(target, DrafterConfig(target_layer_ids=(1,), mask_token_id=4, gamma=3), seed=1)
     folder = layouts.save_released(drafter, tmp_path / "dflash", target.config)
     raw = json.loads((folder / "config.json").read_text())
     assert raw["markov_rank"] == 0 and raw["enable_confidence_head"] is False and "markov_head_type" not in raw
@@ -106,12 +107,12 @@ def test_dflash_round_trip_has_no_heads(tmp_path: Path, target: Qwen3ForCausalLM
 def test_released_qwen3_4b_configs_map_onto_ours() -> None:
     target_config = Qwen3Config(**json.loads((QWEN3_4B / "config.json").read_text()))
     dspark = checkpoints.read_released_config(QWEN3_4B / "dspark_qwen3_4b_block7")
-    assert checkpoints.our_config(dspark, target_config) == DSparkConfig(
-        target_layer_ids=(1, 9, 17, 25, 33), mask_token_id=151669, block_size=7, num_layers=5,
-        head_type="markov", markov_rank=256, confidence_head=True)
+    assert checkpoints.our_config(dspark, target_config) == DrafterConfig(
+        target_layer_ids=(1, 9, 17, 25, 33), mask_token_id=151669, gamma=7, num_layers=5,
+        head_type="markov", head_rank=256, confidence_head=True)
     dflash = checkpoints.read_released_config(QWEN3_4B / "dflash_qwen3_4b_block7")
-    assert checkpoints.our_config(dflash, target_config) == DFlashConfig(
-        target_layer_ids=(1, 9, 17, 25, 33), mask_token_id=151669, block_size=7, num_layers=5)
+    assert checkpoints.our_config(dflash, target_config) == DrafterConfig(
+        target_layer_ids=(1, 9, 17, 25, 33), mask_token_id=151669, gamma=7, num_layers=5)
 
 
 def test_renamed_key_fails_naming_the_key(saved: tuple[DSparkDrafter, Path], target: Qwen3ForCausalLM) -> None:

@@ -10,9 +10,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from dspark_lite.attention import RMSNorm, cat_kv
-from dspark_lite.dflash import DFlashConfig, DFlashDrafter
-from dspark_lite.eagle import EagleConfig, EagleDrafter
-from dspark_lite.hidden_drafter import AnchorBatch
+from dspark_lite.dflash import DFlashDrafter
+from dspark_lite.eagle import EagleDrafter
+from dspark_lite.hidden_drafter import AnchorBatch, DrafterConfig
 from dspark_lite.baselines import autoregressive_generate
 from dspark_lite.harness.toy.replies import generate_training_sequences
 from dspark_lite.speculative import Drafter, select_target_hidden, speculative_generate
@@ -52,12 +52,12 @@ def target() -> Qwen3ForCausalLM:
 
 
 def dflash(target, num_layers: int = 2, seed: int = 1) -> DFlashDrafter:
-    return DFlashDrafter(target, DFlashConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA,
+    return DFlashDrafter(target, DrafterConfig(LAYER_IDS, mask_token_id=MASK_ID, gamma=GAMMA,
                                               num_layers=num_layers), seed=seed)
 
 
 def eagle(target, seed: int = 1) -> EagleDrafter:
-    return EagleDrafter(target, EagleConfig(LAYER_IDS, ttt_length=GAMMA), seed=seed)
+    return EagleDrafter(target, DrafterConfig(LAYER_IDS, gamma=GAMMA), seed=seed)
 
 
 def hidden_of(target, ids: torch.Tensor) -> torch.Tensor:
@@ -208,27 +208,27 @@ def test_sampled_speculative_decoding_runs_with_exact_draft_probabilities(target
     ({"target_layer_ids": (-1,)}, r"in \[0, 3\); got \(-1,\)"),
     ({"target_layer_ids": ()}, r"non-empty.*got \(\)"),
     ({"target_layer_ids": (2, 1)}, r"strictly increasing.*got \(2, 1\)"),
-    ({"block_size": 0}, "block_size"),
+    ({"gamma": 0}, "gamma"),
     ({"mask_token_id": VOCAB}, "mask_token_id"),
     ({"num_layers": 0}, "num_layers"),
 ])
 def test_bad_dflash_configs_raise_clear_errors(target, kwargs, message):
-    fields = {"target_layer_ids": LAYER_IDS, "mask_token_id": MASK_ID, "block_size": GAMMA, **kwargs}
+    fields = {"target_layer_ids": LAYER_IDS, "mask_token_id": MASK_ID, "gamma": GAMMA, **kwargs}
     with pytest.raises(ValueError, match=message):
-        DFlashDrafter(target, DFlashConfig(**fields))
+        DFlashDrafter(target, DrafterConfig(**fields))
 
 
 def test_bad_eagle_config_and_misuse_raise_clear_errors(target):
     with pytest.raises(ValueError, match=r"in \[0, 3\); got \(5,\)"):
-        EagleDrafter(target, EagleConfig((5,)))
-    with pytest.raises(ValueError, match="ttt_length"):
-        EagleDrafter(target, EagleConfig(LAYER_IDS, ttt_length=0))
+        EagleDrafter(target, DrafterConfig((5,)))
+    with pytest.raises(ValueError, match="gamma"):
+        EagleDrafter(target, DrafterConfig(LAYER_IDS, gamma=0))
     drafter = dflash(target)
     with pytest.raises(ValueError, match="before start"):
         drafter.draft(random_ids(0, 5), 2, 0.0, None)
     prompt = random_ids(0, 5)
     drafter.start(prompt, hidden_of(target, prompt[None])[0])
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(ValueError, match=r"gamma must be in \[1, 4\]"):
         drafter.draft(torch.cat([prompt, prompt[:1]]), GAMMA + 1, 0.0, None)
     with pytest.raises(ValueError, match="accept"):
         drafter.draft(torch.cat([prompt, prompt[:3]]), 2, 0.0, None)
@@ -368,7 +368,7 @@ def test_drafters_trained_side_by_side_must_read_the_same_target_layers():
     target = tiny_target(seed=4)
     data = generate_training_sequences(target, stub_tokenizer(), [random_ids(1, 4), random_ids(2, 5)], 8, 1.0,
                                        torch.Generator().manual_seed(0), batch_size=2)
-    other = DFlashDrafter(target, DFlashConfig((1,), mask_token_id=MASK_ID, block_size=GAMMA, num_layers=1), seed=1)
+    other = DFlashDrafter(target, DrafterConfig((1,), mask_token_id=MASK_ID, gamma=GAMMA, num_layers=1), seed=1)
     with pytest.raises(ValueError, match="same target layers"):
         train_drafters({"a": dflash(target), "b": other}, target, data, DrafterTrainConfig(steps=1))
     with pytest.raises(ValueError, match="number of drafters must be an integer >= 1"):

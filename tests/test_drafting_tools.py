@@ -119,7 +119,7 @@ def test_zoo_maps_the_recipe_and_rejects_unknown_kinds():
     recipe = replace(get_profile("smoke").drafter, steps=5, loss_decay=4.0)
     cfg = zoo.train_config(recipe, lr=1e-4)
     assert (cfg.steps, cfg.loss_decay, cfg.lr, cfg.ce_weight) == (5, 4.0, 1e-4, recipe.ce_weight)
-    assert zoo.with_block_size(recipe, 9).block_size == 9
+    assert zoo.with_gamma(recipe, 9).gamma == 9
     assert [zoo.training_steps(kind, recipe) for kind in ("dflash", "eagle", "dspark-markov", "dspark-rnn")] == [
         recipe.steps, recipe.eagle_steps, recipe.dspark_steps, recipe.dspark_steps]
     with pytest.raises(ValueError, match="unknown drafter kind"):
@@ -130,7 +130,7 @@ def test_ablation_recipe_is_lean_alike_for_every_kind_and_keeps_slots_per_sequen
     profile = get_profile("full")
     for gamma in (4, 7, 16):
         lean = zoo.ablation_recipe(profile.drafter, profile.heads, gamma, layers=3)
-        assert (lean.block_size, lean.dflash_layers) == (gamma, 3)
+        assert (lean.gamma, lean.dflash_layers) == (gamma, 3)
         assert {zoo.training_steps(k, lean) for k in ("dflash", "dspark-markov")} == {profile.heads.ablation_steps}
         assert lean.anchors_per_sequence == profile.heads.ablation_block_tokens // gamma
         assert lean.training_replies == profile.drafter.training_replies  # the same cached replies

@@ -12,8 +12,8 @@ from reference import SIGNIFICANCE, chi_square_p_value
 from test_speculative import counts_of, exact_joint, sequence_codes, tiny_qwen3
 
 from dspark_lite import speculative
-from dspark_lite.hidden_drafter import AnchorBatch
-from dspark_lite.dspark import DSparkConfig, DSparkDrafter, MarkovHead, RNNHead, sample_chain
+from dspark_lite.hidden_drafter import AnchorBatch, DrafterConfig
+from dspark_lite.dspark import DSparkDrafter, MarkovHead, RNNHead, sample_chain
 from dspark_lite.record import Rounds, prefix_survival
 from dspark_lite.baselines import autoregressive_generate
 from dspark_lite.speculative import Drafter, speculative_generate
@@ -32,11 +32,11 @@ def target():
 def dspark(target, head_type: str = "markov", seed: int = 1, rank: int = 8, layer_ids=LAYER_IDS,
            mask_id: int = MASK_ID, head_scale: float = 50.0) -> DSparkDrafter:
     """A DSpark drafter whose head weights are scaled up, so the bias visibly moves the logits."""
-    cfg = DSparkConfig(layer_ids, mask_token_id=mask_id, block_size=GAMMA, num_layers=2, head_type=head_type,
-                       markov_rank=rank)
+    cfg = DrafterConfig(layer_ids, mask_token_id=mask_id, gamma=GAMMA, num_layers=2, head_type=head_type,
+                       head_rank=rank)
     drafter = DSparkDrafter(target, cfg, seed=seed)
     with torch.no_grad():
-        for param in drafter.markov_head.parameters():
+        for param in drafter.head.parameters():
             param.mul_(head_scale)
     return drafter
 
@@ -73,7 +73,7 @@ def test_sampling_loop_probs_equal_teacher_forced_probs_of_the_sampled_chain(tar
 def test_zero_w2_reduces_exactly_to_the_backbone(target, head_type):
     drafter, backbone = dspark(target, head_type, seed=3), dflash(target, seed=3)
     with torch.no_grad():
-        drafter.markov_head.markov_w2.weight.zero_()
+        drafter.head.w2.weight.zero_()
     ids = random_ids(8, 2, 16)
     batch = AnchorBatch(ids, hidden_of(target, ids), torch.tensor([[0, 5, 11], [3, 9, 14]]))
     assert torch.equal(drafter.train_logits(batch).logits, backbone.train_logits(batch).logits)
@@ -98,8 +98,8 @@ def test_markov_bias_reads_only_the_previous_token_and_rnn_reads_the_whole_prefi
 def test_greedy_sample_chain_feeds_the_argmax_forward():
     head = MarkovHead(10, 3)
     with torch.no_grad():
-        head.markov_w1.weight.normal_()
-        head.markov_w2.weight.normal_()
+        head.w1.weight.normal_()
+        head.w2.weight.normal_()
     base, hidden = torch.randn(4, 10), torch.randn(4, 6)
     draft = sample_chain(head, base, hidden, torch.tensor(2), 0.0, None)
     prev = torch.cat([torch.tensor([2]), draft.tokens[:-1]])
@@ -149,8 +149,8 @@ def train_tiny_dspark(target, head_type: str, steps: int) -> DSparkDrafter:
     tokenizer = SimpleNamespace(eos_token_id=None, pad_token_id=0)  # no EOS: replies run to full length
     data = generate_training_sequences(target, tokenizer, prompts, 12, 1.0, torch.Generator().manual_seed(0),
                                        batch_size=24)
-    drafter = DSparkDrafter(target, DSparkConfig((0, 1), mask_token_id=15, block_size=2, num_layers=1,
-                                                 head_type=head_type, markov_rank=8), seed=0)
+    drafter = DSparkDrafter(target, DrafterConfig((0, 1), mask_token_id=15, gamma=2, num_layers=1,
+                                                 head_type=head_type, head_rank=8), seed=0)
     cfg = DrafterTrainConfig(steps=steps, sequences_per_batch=8, anchors_per_sequence=4, lr=1e-2, warmup_steps=2)
     train_drafter(drafter, target, data, cfg, seed=0)
     return drafter.eval()
@@ -182,17 +182,17 @@ def test_speculative_sampling_with_a_markov_drafter_matches_the_target_distribut
 # ----------------------------------------------------------------------------------------
 
 
-def test_head_state_dict_holds_deepspec_markov_and_rnn_weights(target):
+def test_head_state_dict_holds_the_markov_and_rnn_weights_in_deepspecs_shapes(target):
     rank, vocab, hidden = 8, 48, 32
-    markov = {k: tuple(v.shape) for k, v in dspark(target, "markov").state_dict().items() if "markov_head" in k}
-    assert markov == {"markov_head.markov_w1.weight": (vocab, rank), "markov_head.markov_w2.weight": (vocab, rank)}
-    rnn = {k: tuple(v.shape) for k, v in dspark(target, "rnn").state_dict().items() if "markov_head" in k}
-    assert rnn == {**markov, "markov_head.joint_proj.weight": (3 * rank, 2 * rank + hidden),
-                   "markov_head.joint_proj.bias": (3 * rank,)}
+    markov = {k: tuple(v.shape) for k, v in dspark(target, "markov").state_dict().items() if k.startswith("head.")}
+    assert markov == {"head.w1.weight": (vocab, rank), "head.w2.weight": (vocab, rank)}
+    rnn = {k: tuple(v.shape) for k, v in dspark(target, "rnn").state_dict().items() if k.startswith("head.")}
+    assert rnn == {**markov, "head.joint_proj.weight": (3 * rank, 2 * rank + hidden),
+                   "head.joint_proj.bias": (3 * rank,)}
     released = {k: torch.randn(v.shape) for k, v in dspark(target, "markov").state_dict().items()}
     drafter = dspark(target, "markov", seed=5)
     drafter.load_state_dict(released)
-    assert torch.equal(drafter.markov_head.markov_w1.weight, released["markov_head.markov_w1.weight"])
+    assert torch.equal(drafter.head.w1.weight, released["head.w1.weight"])
 
 
 def test_rnn_gate_candidate_output_follow_the_joint_projection_order():
@@ -200,16 +200,16 @@ def test_rnn_gate_candidate_output_follow_the_joint_projection_order():
     with torch.no_grad():
         head.joint_proj.weight.zero_()
         head.joint_proj.bias.copy_(torch.tensor([50.0, 50.0, -50.0, -50.0, 0.0, 0.0]))  # gate ~1, candidate ~-1
-        head.markov_w2.weight.normal_()
+        head.w2.weight.normal_()
     state, bias = head.step(torch.full((1, 2), 0.3), torch.tensor([1]), torch.zeros(1, 3))
     torch.testing.assert_close(state, torch.full((1, 2), 0.3))  # gate = 1 keeps the old state
     torch.testing.assert_close(bias, torch.zeros(1, 12))  # output tanh(0) = 0
 
 
 @pytest.mark.parametrize("kwargs, message", [({"head_type": "lstm"}, "unknown head type"),
-                                             ({"markov_rank": 0}, "markov_rank")])
+                                             ({"head_rank": 0}, "head_rank")])
 def test_bad_head_configs_raise_clear_errors(target, kwargs, message):
-    cfg = DSparkConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA, **kwargs)
+    cfg = DrafterConfig(LAYER_IDS, mask_token_id=MASK_ID, gamma=GAMMA, **kwargs)
     with pytest.raises(ValueError, match=message):
         DSparkDrafter(target, cfg)
 
@@ -225,13 +225,13 @@ def test_load_backbone_starts_exactly_as_the_dflash_drafter(target, head_type):
     training forward and its drafts are DFlash's, bit for bit; a foreign drafter is refused."""
     backbone, drafter = dflash(target, seed=4), dspark(target, head_type, seed=7)
     drafter.load_backbone(backbone)
-    assert not drafter.markov_head.markov_w2.weight.any()
+    assert not drafter.head.w2.weight.any()
     ids = random_ids(5, 2, 16)
     batch = AnchorBatch(ids, hidden_of(target, ids), torch.tensor([[1, 6], [2, 12]]))
     assert torch.equal(drafter.train_logits(batch).logits, backbone.train_logits(batch).logits)
     drafts = [run_protocol(d, target, random_ids(3, 6), [2, 1], GAMMA, seed=2)[1] for d in (drafter, backbone)]
     assert torch.equal(drafts[0].tokens, drafts[1].tokens) and torch.equal(drafts[0].probs, drafts[1].probs)
-    other = DSparkDrafter(target, DSparkConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA, num_layers=1))
+    other = DSparkDrafter(target, DrafterConfig(LAYER_IDS, mask_token_id=MASK_ID, gamma=GAMMA, num_layers=1))
     with pytest.raises(ValueError, match="not a DFlash backbone"):
         drafter.load_backbone(other)
 
@@ -242,7 +242,7 @@ def test_load_backbone_starts_exactly_as_the_dflash_drafter(target, head_type):
 
 
 def confident(target, seed: int = 1) -> DSparkDrafter:
-    cfg = DSparkConfig(LAYER_IDS, mask_token_id=MASK_ID, block_size=GAMMA, num_layers=2, markov_rank=8,
+    cfg = DrafterConfig(LAYER_IDS, mask_token_id=MASK_ID, gamma=GAMMA, num_layers=2, head_rank=8,
                        confidence_head=True)
     drafter = DSparkDrafter(target, cfg, seed=seed)
     with torch.no_grad():

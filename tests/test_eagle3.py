@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-from dspark_lite.eagle import EagleConfig, EagleDrafter
+from dspark_lite.eagle import EagleDrafter
+from dspark_lite.hidden_drafter import DrafterConfig
 from dspark_lite.harness.gpu import checkpoints, eagle3, layouts, weights
 from dspark_lite.harness.gpu.weights import CheckpointError
 from dspark_lite.record import prefix_survival, tau
@@ -124,7 +125,7 @@ def test_loader_reads_deepspecs_layout(tmp_path, target, layer_ids, architecture
     folder = write_deepspec(tmp_path / "eagle3", target, layer_ids, architecture)
     drafter = layouts.load_released(folder, target)
     assert isinstance(drafter, EagleDrafter)
-    assert drafter.target_layer_ids == layer_ids and drafter.block_size == 7 and len(drafter.layers) == 1
+    assert drafter.target_layer_ids == layer_ids and drafter.gamma == 7 and len(drafter.layers) == 1
     assert drafter.fc.weight.shape == (HIDDEN, len(layer_ids) * HIDDEN)
     written, state = load_file(str(folder / "model.safetensors")), drafter.state_dict()
     assert set(state) == DEEPSPEC_KEYS - set(checkpoints.SHARED_KEYS)
@@ -228,7 +229,7 @@ def test_loaded_drafter_drafts_as_deepspecs_model(tmp_path, target) -> None:
 def test_writer_writes_deepspecs_layout_and_reads_back(tmp_path, target) -> None:
     """save_released_eagle3 writes DeepSpec's keys and config fields; the loader reads it back
     (the lead's CPU smoke world writes a tiny checkpoint this way)."""
-    drafter = EagleDrafter(target, EagleConfig((0, 2, 4), ttt_length=7), seed=2)
+    drafter = EagleDrafter(target, DrafterConfig((0, 2, 4), gamma=7), seed=2)
     with torch.no_grad():
         for param in drafter.parameters():
             param.add_(0.05 * torch.randn_like(param))
@@ -286,7 +287,7 @@ def test_qwen3_4b_shaped_eagle3_builds_on_meta() -> None:
     drafter = eagle3.build_eagle3(released, shell, dtype=torch.bfloat16)
     assert drafter.fc.weight.shape == (2560, 5 * 2560) and drafter.fc.weight.device.type == "meta"
     assert drafter.layers[0].self_attn.q_proj.weight.shape == (32 * 128, 2 * 2560)
-    assert drafter.block_size == 7 and drafter.end_ids == (151645, 151643)
+    assert drafter.gamma == 7 and drafter.end_ids == (151645, 151643)
     # fc, q/k/v (2 x 2560 inputs), o, the MLP, four RMSNorms of 2560 and q/k norms of 128: about 149 M
     expected = 2560 * 12800 + 5120 * (4096 + 2 * 1024) + 4096 * 2560 + 3 * 2560 * 9728 + 4 * 2560 + 2 * 128
     assert sum(p.numel() for p in drafter.parameters()) == expected
@@ -346,7 +347,7 @@ def test_the_chain_stops_after_its_first_end_id(target) -> None:
     """DeepSpec's _propose: sample, append, break at a stop id; the stop id stays in the draft and
     the tokens before it are the ones the unstopped chain drafts. No end ids (the toy default):
     always gamma tokens."""
-    drafter = EagleDrafter(target, EagleConfig((1, 3), ttt_length=7), seed=5)
+    drafter = EagleDrafter(target, DrafterConfig((1, 3), gamma=7), seed=5)
     assert drafter.end_ids == ()
     prompt = torch.randint(0, VOCAB, (8,), generator=torch.Generator().manual_seed(3))
 
@@ -479,7 +480,7 @@ def trained() -> tuple[Qwen3ForCausalLM, EagleDrafter]:
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 48, (4,), generator=generator) for _ in range(32)]
     sequences = [torch.cat([p, autoregressive_generate(target, p, 36, 0.0, None)]) for p in prompts]
-    drafter = EagleDrafter(target, EagleConfig((0, 1), ttt_length=GAMMA), seed=1)
+    drafter = EagleDrafter(target, DrafterConfig((0, 1), gamma=GAMMA), seed=1)
     train_drafter(drafter, target, TrainingSequences(sequences, [4] * 32, 0),
                   DrafterTrainConfig(steps=150, sequences_per_batch=8, warmup_steps=10, lr=3e-3))
     return target, drafter

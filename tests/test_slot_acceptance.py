@@ -24,10 +24,10 @@ def test_slot_acceptance_equals_one_anchor_at_a_time(kind: str, tmp_path: Path, 
     drafter = zoo.BUILDERS[kind](world, recipe, 1)
     if kind == "dspark-markov":
         with torch.no_grad():  # a visible head, so that the teacher-forced prefix matters
-            drafter.markov_head.markov_w2.weight.normal_(0, 1.0)
+            drafter.head.w2.weight.normal_(0, 1.0)
     replies = zoo.heldout_replies(world, "chat", recipe)
     got = evaluation.slot_acceptance(drafter, world.target, replies, batch_size=1)
-    gamma = drafter.block_size
+    gamma = drafter.gamma
     assert got.shape == (len(replies), gamma)
     for i, (sequence, prompt_length) in enumerate(zip(replies.sequences, replies.prompt_lengths)):
         with torch.no_grad():

@@ -11,7 +11,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_check import PROMPTS, VOCAB, noisy_copy, tiny_target  # noqa: E402
 
-from dspark_lite.dspark import DSparkConfig, DSparkDrafter
+from dspark_lite.dspark import DSparkDrafter
+from dspark_lite.hidden_drafter import DrafterConfig
 from dspark_lite.harness.book import stream
 from dspark_lite.baselines import ModelDrafter
 from dspark_lite.speculative import speculative_generate
@@ -41,8 +42,8 @@ def test_what_the_stream_draws_is_the_record(kind: str) -> None:
     if kind == "model":
         drafter = ModelDrafter(noisy_copy(target, seed=1, noise=0.3))
     else:
-        drafter = DSparkDrafter(target, DSparkConfig((0, 1), mask_token_id=1, block_size=4, num_layers=1,
-                                                     head_type="markov", markov_rank=4, confidence_head=True), seed=2)
+        drafter = DSparkDrafter(target, DrafterConfig((0, 1), mask_token_id=1, gamma=4, num_layers=1,
+                                                     head_type="markov", head_rank=4, confidence_head=True), seed=2)
     out, drafts = rollout_of(drafter)
     rounds = stream.stream_rounds(out, drafts)
     tokens = out.tokens.tolist()

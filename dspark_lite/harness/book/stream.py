@@ -32,7 +32,7 @@ class RecordingDrafter:
     def __init__(self, drafter: Any) -> None:
         self.drafter, self.drafts = drafter, []
 
-    def __getattr__(self, name: str) -> Any:  # vocab_size, target_layer_ids, block_size, ...
+    def __getattr__(self, name: str) -> Any:  # vocab_size, target_layer_ids, gamma, ...
         return getattr(self.drafter, name)
 
     def start(self, prompt_ids: torch.Tensor, target_hidden: torch.Tensor | None) -> None:

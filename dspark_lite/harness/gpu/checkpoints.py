@@ -41,9 +41,9 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from ...dflash import DFlashConfig, DFlashDrafter
-from ...dspark import DSparkConfig, DSparkDrafter
-from ...hidden_drafter import SharedTargetWeights
+from ...dflash import DFlashDrafter
+from ...dspark import DSparkDrafter
+from ...hidden_drafter import DrafterConfig, SharedTargetWeights
 from .weights import INDEX_FILE, WEIGHTS_FILE, CheckpointError, checkpoint_shapes, read_rows, read_tensors
 
 # The released drafters and the target each was trained against (DeepSpec's README, Table 1).
@@ -64,13 +64,16 @@ CONFIG_FILE = "config.json"
 ARCHITECTURE = "Qwen3DSparkModel"
 NUM_ANCHORS = 512  # DeepSpec's training setting (anchors per sequence); unused at inference
 
-# Released key prefix -> our state_dict prefix (DeepSpec's names are ours: the identity).
+# Released key prefix -> our state_dict prefix: DeepSpec's names are ours, except the head's
+# (DeepSpec calls the Markov and the RNN head `markov_head`, and its tables `markov_w1` / `markov_w2`).
 KEY_MAP: tuple[tuple[str, str], ...] = (
     ("fc.", "fc."),
     ("hidden_norm.", "hidden_norm."),
     ("layers.", "layers."),
     ("norm.", "norm."),
-    ("markov_head.", "markov_head."),
+    ("markov_head.markov_w1.", "head.w1."),
+    ("markov_head.markov_w2.", "head.w2."),
+    ("markov_head.", "head."),
     ("confidence_head.", "confidence_head."),
 )
 # Released keys that are copies of the target's weights: checked, never loaded into the drafter.
@@ -226,14 +229,14 @@ def differs_from_target(value: int, target_value: int) -> int | None:
     return None if value == target_value else value
 
 
-def our_config(released: ReleasedConfig, target_config: PretrainedConfig) -> DFlashConfig | DSparkConfig:
+def our_config(released: ReleasedConfig, target_config: PretrainedConfig) -> DrafterConfig:
     """The dspark_lite config of a released drafter on this target: DSparkConfig
     for a Markov/RNN head (head_type, markov_rank, confidence_head), DFlashConfig otherwise."""
     check_target(released, target_config)
     target = target_dict(target_config)
     shape = dict(
         target_layer_ids=released.target_layer_ids, mask_token_id=released.mask_token_id,
-        block_size=released.block_size, num_layers=released.num_draft_layers,
+        gamma=released.block_size, num_layers=released.num_draft_layers,
         intermediate_size=differs_from_target(released.intermediate_size, int(target["intermediate_size"])),
         num_heads=differs_from_target(released.num_attention_heads, int(target["num_attention_heads"])),
         num_kv_heads=differs_from_target(released.num_key_value_heads, int(target.get("num_key_value_heads") or 0)),
@@ -243,14 +246,14 @@ def our_config(released: ReleasedConfig, target_config: PretrainedConfig) -> DFl
         if released.confidence_head:
             raise CheckpointError("a confidence head without a Markov head (markov_rank 0) has no dspark_lite "
                                   "class; DSpark's confidence head reads the Markov embedding (Eq. 7)")
-        return DFlashConfig(**shape)
+        return DrafterConfig(**shape)
     if released.markov_head_type not in HEAD_TYPES:
         raise CheckpointError(f"markov_head_type {released.markov_head_type!r} has no dspark_lite class; "
                               f"supported: {sorted(HEAD_TYPES)}")
     if released.confidence_head and released.confidence_head_with_markov is False:
         raise CheckpointError("confidence_head_with_markov = false (a head on h_k alone) has no dspark_lite class; "
                               "dspark_lite's ConfidenceHead reads [h_k; W1[x_{k-1}]] (Eq. 7)")
-    return DSparkConfig(**shape, head_type=HEAD_TYPES[released.markov_head_type], markov_rank=released.markov_rank,
+    return DrafterConfig(**shape, head_type=HEAD_TYPES[released.markov_head_type], head_rank=released.markov_rank,
                         confidence_head=released.confidence_head)
 
 
@@ -284,7 +287,7 @@ def build_drafter(released: ReleasedConfig, target: PreTrainedModel, seed: int =
     cfg = our_config(released, target.config)
     device, target_dtype = model_place(target)
     dtype = target_dtype if dtype is None else dtype
-    factory = DSparkDrafter if isinstance(cfg, DSparkConfig) else DFlashDrafter
+    factory = DSparkDrafter if released.kind == "dspark" else DFlashDrafter
     place = torch.device("meta") if device.type == "meta" else contextlib.nullcontext()
     with default_dtype(dtype if dtype.is_floating_point else None), place:
         drafter = factory(target, cfg, seed)

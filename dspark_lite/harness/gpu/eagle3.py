@@ -19,8 +19,8 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ...checks import end_ids as checked_end_ids
-from ...eagle import EagleConfig, EagleDrafter
-from ...hidden_drafter import SharedTargetWeights
+from ...eagle import EagleDrafter
+from ...hidden_drafter import DrafterConfig, SharedTargetWeights
 from .checkpoints import (
     CONFIG_FILE,
     SHARED_KEYS,
@@ -156,7 +156,7 @@ def read_eagle3_config(folder: str | Path) -> ReleasedEagle3Config:
 
 
 def eagle3_drafter_config(released: ReleasedEagle3Config, target_config: PretrainedConfig,
-                          own_embeddings: bool = False) -> EagleConfig:
+                          own_embeddings: bool = False) -> DrafterConfig:
     """The EagleConfig of a released Eagle3 on this target, after checking that it
     was built for a target of this shape and reads no final layer (DeepSpec's evaluator refuses
     one: `output_hidden_states` holds the final-normed state there)."""
@@ -166,8 +166,8 @@ def eagle3_drafter_config(released: ReleasedEagle3Config, target_config: Pretrai
     if last in released.target_layer_ids:
         raise CheckpointError(f"the Eagle3 drafter reads target layer {last}, the target's last; DeepSpec's evaluator "
                               "refuses that (assert_no_final_target_layer): hidden_states there is final-normed")
-    return EagleConfig(
-        target_layer_ids=released.target_layer_ids, ttt_length=released.ttt_length,
+    return DrafterConfig(
+        target_layer_ids=released.target_layer_ids, gamma=released.ttt_length,
         num_layers=released.num_draft_layers,
         intermediate_size=differs_from_target(released.intermediate_size, int(target["intermediate_size"])),
         num_heads=differs_from_target(released.num_attention_heads, int(target["num_attention_heads"])),
@@ -285,7 +285,7 @@ def eagle3_config_dict(drafter: EagleDrafter, target_config: PretrainedConfig | 
     config.dtype = dtype or drafter.dtype
     raw = json.loads(config.to_json_string(use_diff=True))
     layers = len(drafter.layers)
-    raw.update({"target_layer_ids": list(drafter.target_layer_ids), "ttt_length": drafter.block_size,
+    raw.update({"target_layer_ids": list(drafter.target_layer_ids), "ttt_length": drafter.gamma,
                 "step_loss_decay": EAGLE3_STEP_LOSS_DECAY, "draft_num_hidden_layers": layers,
                 "num_hidden_layers": layers, "layer_types": ["full_attention"] * layers})
     if target_config is not None:

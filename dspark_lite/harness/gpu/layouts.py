@@ -53,11 +53,11 @@ def released_config_dict(drafter: DFlashDrafter, target_config: PretrainedConfig
     config.architectures = [ARCHITECTURE]
     config.tie_word_embeddings = False
     config.dtype = dtype or drafter.dtype
-    extra: dict[str, Any] = {"block_size": drafter.block_size, "mask_token_id": drafter.mask_token_id,
+    extra: dict[str, Any] = {"block_size": drafter.gamma, "mask_token_id": drafter.mask_token_id,
                              "target_layer_ids": list(drafter.target_layer_ids), "num_anchors": NUM_ANCHORS}
     if target_config is not None:
         extra["num_target_layers"] = int(target_dict(target_config)["num_hidden_layers"])
-    head = getattr(drafter, "markov_head", None)
+    head = getattr(drafter, "head", None)
     extra["markov_rank"] = 0 if head is None else int(head.rank)
     if head is not None:
         extra["markov_head_type"] = OURS_TO_RELEASED_HEAD[drafter.cfg.head_type]

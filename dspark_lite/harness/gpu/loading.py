@@ -33,9 +33,10 @@ from transformers import (
 )
 
 from ... import kvcache
-from ...dflash import DFlashConfig, DFlashDrafter
-from ...dspark import DSparkConfig, DSparkDrafter
-from ...eagle import EagleConfig, EagleDrafter
+from ...dflash import DFlashDrafter
+from ...dspark import DSparkDrafter
+from ...eagle import EagleDrafter
+from ...hidden_drafter import DrafterConfig
 from ...runtime import pick_dtype
 from ..hub import quiet_hub_bars
 from ..result_files import REPO
@@ -163,11 +164,11 @@ def build_smoke_world(folder: str | Path, study: GpuStudy, seed: int = 0) -> dic
         target.save_pretrained(paths["target"])
     tok.save_pretrained(paths["target"])
     shape = dict(target_layer_ids=tuple(range(study.tiny_layers - 1)), mask_token_id=tok.mask_token_id,
-                 block_size=study.gamma, num_layers=study.tiny_draft_layers)
-    dspark = DSparkDrafter(target, DSparkConfig(**shape, head_type="markov", markov_rank=study.tiny_markov_rank,
-                                                confidence_head=True), seed=seed + 1)
-    dflash = DFlashDrafter(target, DFlashConfig(**shape), seed=seed + 1)
-    eagle3 = EagleDrafter(target, EagleConfig(shape["target_layer_ids"], ttt_length=study.gamma), seed=seed + 1)
+                 gamma=study.gamma, num_layers=study.tiny_draft_layers)
+    dspark = DSparkDrafter(target, DrafterConfig(**shape, head_type="markov", head_rank=study.tiny_head_rank,
+                                                 confidence_head=True), seed=seed + 1)
+    dflash = DFlashDrafter(target, DrafterConfig(**shape), seed=seed + 1)
+    eagle3 = EagleDrafter(target, DrafterConfig(shape["target_layer_ids"], gamma=study.gamma), seed=seed + 1)
     layouts.save_released(dspark, paths["dspark"], target.config)
     layouts.save_released(dflash, paths["dflash"], target.config)
     save_released_eagle3(eagle3, paths["eagle3"], target.config)

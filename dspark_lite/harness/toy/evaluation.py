@@ -162,7 +162,7 @@ def slot_acceptance(drafter: Drafter, target: torch.nn.Module, replies: Training
     rounds that survived slots 1..k-1 only."""
     layer_ids = getattr(drafter, "target_layer_ids", None)
     views = TargetViews(target, replies, layer_ids)
-    gamma, device, out = drafter.block_size, model_device(drafter), []
+    gamma, device, out = drafter.gamma, model_device(drafter), []
     for first in range(0, len(replies), batch_size):
         indices = range(first, min(first + batch_size, len(replies)))
         input_ids, lengths, prompt_lengths = replies.batch(indices)

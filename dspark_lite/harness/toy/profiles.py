@@ -49,7 +49,7 @@ class TargetConfig:
 class DrafterRecipe:
     """The hidden-state drafters' shape, training and evaluation sizes (reused by 04).
 
-    block_size: gamma, the slots a parallel block drafts (and the autoregressive baseline's
+    gamma: the slots a parallel block drafts (and the autoregressive baseline's
         training-time-test horizon); 7 as the paper's Table 1.
     target_layer_ids: 0-based target layers whose hidden states form the context. As DeepSpec's
         (1, 9, 17, 25, 33 of Qwen3-4B's 36), they start at layer 1 and leave the two top layers
@@ -66,7 +66,7 @@ class DrafterRecipe:
         generated per prompt, independent generations per prompt.
     latency_gammas / latency_repeats: the draft-latency sweep.
     collision_contexts / collision_samples: the multimodal-collision exhibit's size.
-    markov_rank: r of DSpark's Markov and RNN heads (256 for Qwen3-4B).
+    head_rank: r of DSpark's Markov and RNN heads (256 for Qwen3-4B).
     draft_intermediate_size: the MLP width of every draft layer (None: the target's). The
         drafters keep the target's hidden size (they share its embedding and LM head); a
         narrower MLP is what keeps them small beside the target, as the paper's are (the
@@ -76,7 +76,7 @@ class DrafterRecipe:
         Qwen3-4B against DFlash's 15%; these bring ours as close to that as one layer allows.
     """
 
-    block_size: int
+    gamma: int
     target_layer_ids: tuple[int, ...]
     dflash_layers: int
     eagle_layers: int
@@ -99,7 +99,7 @@ class DrafterRecipe:
     latency_repeats: int
     collision_contexts: int
     collision_samples: int
-    markov_rank: int
+    head_rank: int
     finetune_steps: int
     draft_intermediate_size: int | None = None
     eagle_intermediate_size: int | None = None
@@ -228,7 +228,7 @@ class GpuStudy:
     tiny_layers: int
     tiny_heads: int
     tiny_draft_layers: int
-    tiny_markov_rank: int
+    tiny_head_rank: int
     timed_prompts: int = 4  # per benchmark and drafter: a seeded sample generated with the phase stopwatch on
 
 
@@ -292,12 +292,12 @@ _FULL = Profile(
     race_repeats=5,
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
-        block_size=7, target_layer_ids=(1, 3), dflash_layers=2, eagle_layers=1,
+        gamma=7, target_layer_ids=(1, 3), dflash_layers=2, eagle_layers=1,
         training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=2000, dspark_steps=2000, sequences_per_batch=4,
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=0.1, tv_weight=0.9,
         loss_decay=4.0, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
-        collision_contexts=20, collision_samples=10, markov_rank=8, finetune_steps=500,
+        collision_contexts=20, collision_samples=10, head_rank=8, finetune_steps=500,
         draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
     ),
     heads=HeadStudy(
@@ -317,7 +317,7 @@ _FULL = Profile(
         thresholds=tuple(round(0.1 * i, 1) for i in range(10)), race_prompts=4, race_new_tokens=256, race_repeats=3,
         profile_points=8, profile_context=256, profile_repeats=5, concurrencies=(1, 2, 4, 8, 16, 32, 64),
         sim_steps=400, sim_replays=4,
-        tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
+        tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_head_rank=16,
     ),
 )
 
@@ -344,12 +344,12 @@ _SMOKE = Profile(
     race_repeats=2,
     gammas=(1, 3),
     drafter=DrafterRecipe(
-        block_size=4, target_layer_ids=(1,), dflash_layers=1, eagle_layers=1,
+        gamma=4, target_layer_ids=(1,), dflash_layers=1, eagle_layers=1,
         training_replies=24, reply_tokens=24, steps=8, eagle_steps=6, dspark_steps=6, sequences_per_batch=4,
         anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=0.1, tv_weight=0.9,
         loss_decay=4.0, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
         latency_gammas=(1, 4), latency_repeats=2,
-        collision_contexts=2, collision_samples=2, markov_rank=8, finetune_steps=4,
+        collision_contexts=2, collision_samples=2, head_rank=8, finetune_steps=4,
         draft_intermediate_size=8,
     ),
     heads=HeadStudy(
@@ -368,7 +368,7 @@ _SMOKE = Profile(
         prompts_per_benchmark=1, new_tokens=40, gamma=7, temperature=1.0, calibration_fraction=0.5,
         thresholds=(0.0, 0.3, 0.6, 0.9), race_prompts=1, race_new_tokens=16, race_repeats=1,
         profile_points=3, profile_context=16, profile_repeats=1, concurrencies=(1, 2), sim_steps=20, sim_replays=2,
-        tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_markov_rank=16,
+        tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_head_rank=16,
     ),
     regime_sequences=2,
     drafter_seeds=2,

@@ -25,6 +25,7 @@ from torch import nn
 
 from . import cache, evaluation, replies
 from ... import dflash, dspark, eagle, progress as bars, training
+from ...hidden_drafter import DrafterConfig
 from ...record import Rounds
 from ...resume import Checkpointer
 from ...progress import progress
@@ -60,18 +61,16 @@ def train_config(recipe: DrafterRecipe, **overrides) -> DrafterTrainConfig:
 
 def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dflash.DFlashDrafter:
     """An untrained parallel drafter of the recipe's shape."""
-    cfg = dflash.DFlashConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
-                                block_size=recipe.block_size, num_layers=recipe.dflash_layers,
-                                intermediate_size=recipe.draft_intermediate_size)
+    cfg = DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, mask_token_id=world.tokenizer.mask_token_id,
+                        num_layers=recipe.dflash_layers, intermediate_size=recipe.draft_intermediate_size)
     return dflash.DFlashDrafter(world.target, cfg, seed=seed)
 
 
 def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> eagle.EagleDrafter:
     """An untrained EAGLE-3 style drafter of the recipe's shape (TTT horizon = block size)."""
-    cfg = eagle.EagleConfig(recipe.target_layer_ids, ttt_length=recipe.block_size, num_layers=recipe.eagle_layers,
-                               intermediate_size=recipe.eagle_intermediate_size or recipe.draft_intermediate_size,
-                               num_heads=recipe.eagle_num_heads,
-                               num_kv_heads=None if recipe.eagle_num_heads is None else 1)
+    cfg = DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, num_layers=recipe.eagle_layers,
+                        intermediate_size=recipe.eagle_intermediate_size or recipe.draft_intermediate_size,
+                        num_heads=recipe.eagle_num_heads, num_kv_heads=None if recipe.eagle_num_heads is None else 1)
     return eagle.EagleDrafter(world.target, cfg, seed=seed)
 
 
@@ -81,11 +80,9 @@ def dspark_builder(head_type: str, confidence_head: bool = False
     (and a confidence head if `confidence_head`)."""
 
     def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
-        cfg = dspark.DSparkConfig(recipe.target_layer_ids, mask_token_id=world.tokenizer.mask_token_id,
-                                  block_size=recipe.block_size, num_layers=recipe.dflash_layers,
-                                  intermediate_size=recipe.draft_intermediate_size,
-                                  head_type=head_type, markov_rank=recipe.markov_rank,
-                                  confidence_head=confidence_head)
+        cfg = DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, mask_token_id=world.tokenizer.mask_token_id,
+                            num_layers=recipe.dflash_layers, intermediate_size=recipe.draft_intermediate_size,
+                            head_type=head_type, head_rank=recipe.head_rank, confidence_head=confidence_head)
         return dspark.DSparkDrafter(world.target, cfg, seed=seed)
 
     return build
@@ -107,12 +104,12 @@ def training_steps(kind: str, recipe: DrafterRecipe) -> int:
     return recipe.dspark_steps if kind.startswith("dspark") else recipe.steps
 
 
-def ablation_recipe(recipe: DrafterRecipe, study: HeadStudy, block_size: int, layers: int) -> DrafterRecipe:
+def ablation_recipe(recipe: DrafterRecipe, study: HeadStudy, gamma: int, layers: int) -> DrafterRecipe:
     """The lean recipe of the head ablations: every kind trains `study.ablation_steps` on
     smaller batches, with anchors per sequence scaled so each block size sees as many slots."""
-    return replace(recipe, block_size=block_size, dflash_layers=layers, steps=study.ablation_steps,
+    return replace(recipe, gamma=gamma, dflash_layers=layers, steps=study.ablation_steps,
                    dspark_steps=study.ablation_steps, sequences_per_batch=study.ablation_sequences_per_batch,
-                   anchors_per_sequence=max(1, study.ablation_block_tokens // block_size))
+                   anchors_per_sequence=max(1, study.ablation_block_tokens // gamma))
 
 
 def _world_config(world: ToyWorld) -> dict:
@@ -327,9 +324,9 @@ def _loader(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -> Cal
     return load
 
 
-def with_block_size(recipe: DrafterRecipe, block_size: int) -> DrafterRecipe:
+def with_gamma(recipe: DrafterRecipe, gamma: int) -> DrafterRecipe:
     """The recipe with another gamma (for sweeps over the block size)."""
-    return replace(recipe, block_size=block_size)
+    return replace(recipe, gamma=gamma)
 
 
 def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe | None = None,
@@ -348,7 +345,7 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
             drafter, _ = load_or_train_drafter(world, kind, recipe, seed)
         else:
             drafter, _ = load_or_finetune_drafter(world, kind, base_kind, recipe, seed)
-        report = evaluation.measure_acceptance(world, drafter, recipe.block_size, n_prompts, recipe.eval_new_tokens,
+        report = evaluation.measure_acceptance(world, drafter, recipe.gamma, n_prompts, recipe.eval_new_tokens,
                                                samples=samples, seed=seed, desc=f"acceptance {kind}",
                                                keep_record=True)
         (folder / "summary.json").write_text(json.dumps({d: r.to_dict() for d, r in report.items()}))
@@ -383,5 +380,5 @@ def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: Dr
     recipe, study = recipe or world.profile.drafter, study or world.profile.confidence
     report = measured_acceptance(world, kind, study.rollout_prompts, study.rollout_samples, recipe,
                                  base_kind="dspark-markov", seed=seed)
-    records = Rounds.concat([r.record for r in report.values()]).full_blocks(recipe.block_size)
+    records = Rounds.concat([r.record for r in report.values()]).full_blocks(recipe.gamma)
     return records, report
