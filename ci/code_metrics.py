@@ -1,6 +1,8 @@
 """The package's shape in numbers, for issue notes and reviews: lines of the method and of each
-harness room, `raise` statements in the method outside `checks.py`, private names the chapters
-show, functions over 40 lines in the method, and modules over 500 lines.
+harness room, the longest module and function of the method and of the harness, where the
+method's `raise` statements sit (in `checks.py`, in a module's own checks section at its door,
+the lines after its `# --- checks` marker, or inline elsewhere), private names the chapters show,
+functions over 40 lines in the method, and modules over 500 lines.
 
     python ci/code_metrics.py [--root PATH] [--json]
 
@@ -44,6 +46,18 @@ def raises(tree: ast.AST) -> int:
     return sum(isinstance(node, ast.Raise) for node in ast.walk(tree))
 
 
+def raise_lines(tree: ast.AST) -> list[int]:
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Raise)]
+
+
+def checks_marker(text: str) -> int | None:
+    """The line of a module's `# --- checks` section marker (1-based), or None."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# --- checks"):
+            return number
+    return None
+
+
 def shown_private_names(chapters: Path) -> list[str]:
     """Dotted names a chapter passes to `inspect.getsource` with a private part (`_name`)."""
     names = []
@@ -70,19 +84,37 @@ def metrics(root: Path) -> dict:
     package = root / "dspark_lite"
     rooms: dict[str, int] = {}
     method_raises, long_functions, long_modules = 0, [], []
+    where = {"checks.py": 0, "a module's checks section": 0, "inline": 0}
+    longest: dict[str, dict[str, tuple[str, int]]] = {"method": {}, "harness": {}}
     for path in sorted(package.rglob("*.py")):
         lines, room = line_count(path), room_of(path, package)
         rooms[room] = rooms.get(room, 0) + lines
         name = str(path.relative_to(root))
         if lines > LONG_MODULE:
             long_modules.append(f"{name} ({lines})")
+        text = path.read_text()
+        tree = ast.parse(text)
+        layer = "method" if room == "method" else "harness"
+        if lines > longest[layer].get("module", ("", 0))[1]:
+            longest[layer]["module"] = (name, lines)
+        for fn, n in functions(tree):
+            if n > longest[layer].get("function", ("", 0))[1]:
+                longest[layer]["function"] = (f"{name}: {fn}", n)
         if room != "method":
             continue
-        tree = ast.parse(path.read_text())
+        marker = checks_marker(text)
+        for line in raise_lines(tree):
+            where["checks.py" if path.name == "checks.py" else
+                  "a module's checks section" if marker is not None and line > marker else "inline"] += 1
         if path.name != "checks.py":
             method_raises += raises(tree)
         long_functions += [f"{path.stem}.{fn} ({n})" for fn, n in functions(tree) if n > LONG_FUNCTION]
-    return {"lines": rooms, "method raises outside checks.py": method_raises,
+    totals = {"method": rooms.get("method", 0), "harness": sum(v for k, v in rooms.items() if k != "method")}
+    return {"lines": rooms, "lines by layer": totals,
+            "longest module": {layer: f"{v['module'][0]} ({v['module'][1]})" for layer, v in longest.items()},
+            "longest function": {layer: f"{v['function'][0]} ({v['function'][1]})" for layer, v in longest.items()},
+            "method raises by place": where,
+            "method raises outside checks.py": method_raises,
             "private names shown by chapters": shown_private_names(root / "chapters"),
             f"method functions over {LONG_FUNCTION} lines": long_functions,
             f"modules over {LONG_MODULE} lines": long_modules}

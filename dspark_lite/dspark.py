@@ -19,7 +19,7 @@ Shapes follow DeepSpec (deepspec/modeling/dspark/markov_head.py): head.w1.weight
 head.w2.weight [V, r] and, for the RNN head, head.joint_proj.{weight [3r, 2r + H], bias [3r]},
 whose output rows are the gate, candidate and output blocks in that order. DeepSpec names the
 head `markov_head` and its tables `markov_w1` / `markov_w2` whichever head it is; the
-checkpoint reader (`harness.gpu.checkpoints.KEY_MAP`) maps those names to ours.
+checkpoint reader (`harness.gpu.released_config.KEY_MAP`) maps those names to ours.
 
 Chapter 05 adds the `ConfidenceHead` (Eq. 7): c_k = sigmoid(w . [h_k; W1[x_{k-1}]] + b), trained
 jointly against 1 - TV (Eq. 8) or attached to a frozen drafter; the Draft carries c_1..c_gamma.

@@ -24,7 +24,7 @@ from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
 from dspark_lite.eagle import EagleDrafter
 from dspark_lite.hidden_drafter import DrafterConfig
-from dspark_lite.harness.gpu import checkpoints, eagle3, layouts, weights
+from dspark_lite.harness.gpu import checkpoints, released_config, weights
 from dspark_lite.harness.gpu.weights import CheckpointError
 from dspark_lite.record import prefix_survival, tau
 from dspark_lite.baselines import autoregressive_generate
@@ -123,17 +123,17 @@ def test_loader_reads_deepspecs_layout(tmp_path, target, layer_ids, architecture
     """Both names eval.py maps to Qwen3Eagle3Evaluator load; the fused layers and their number
     (fc's width) come from the config, not from DeepSpec's 5; every tensor lands under its name."""
     folder = write_deepspec(tmp_path / "eagle3", target, layer_ids, architecture)
-    drafter = layouts.load_released(folder, target)
+    drafter = checkpoints.load_released(folder, target)
     assert isinstance(drafter, EagleDrafter)
     assert drafter.target_layer_ids == layer_ids and drafter.gamma == 7 and len(drafter.layers) == 1
     assert drafter.fc.weight.shape == (HIDDEN, len(layer_ids) * HIDDEN)
     written, state = load_file(str(folder / "model.safetensors")), drafter.state_dict()
-    assert set(state) == DEEPSPEC_KEYS - set(checkpoints.SHARED_KEYS)
+    assert set(state) == DEEPSPEC_KEYS - set(released_config.SHARED_KEYS)
     for key, value in state.items():
         assert torch.equal(value, written[key]), key
     assert drafter.shared.lm_head is target.get_output_embeddings()
     assert drafter.rotary_emb.inv_freq.dtype == torch.float32
-    direct = eagle3.load_released_eagle3(folder, target)
+    direct = checkpoints.load_released(folder, target)
     assert all(torch.equal(v, direct.state_dict()[k]) for k, v in state.items())
 
 
@@ -205,7 +205,7 @@ def test_loaded_drafter_drafts_as_deepspecs_model(tmp_path, target) -> None:
     layer_ids = (1, 3, 4)
     folder = write_deepspec(tmp_path / "eagle3", target, layer_ids, seed=4)
     weights = load_file(str(folder / "model.safetensors"))
-    drafter = layouts.load_released(folder, target)
+    drafter = checkpoints.load_released(folder, target)
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(0, VOCAB, (9,), generator=generator)
     drafter.start(context[:-1], target_hidden(target, context[:-1], layer_ids))
@@ -227,20 +227,20 @@ def test_loaded_drafter_drafts_as_deepspecs_model(tmp_path, target) -> None:
 
 
 def test_writer_writes_deepspecs_layout_and_reads_back(tmp_path, target) -> None:
-    """save_released_eagle3 writes DeepSpec's keys and config fields; the loader reads it back
+    """save_released writes an Eagle3 in DeepSpec's keys and config fields; the loader reads it back
     (the lead's CPU smoke world writes a tiny checkpoint this way)."""
     drafter = EagleDrafter(target, DrafterConfig((0, 2, 4), gamma=7), seed=2)
     with torch.no_grad():
         for param in drafter.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    folder = eagle3.save_released_eagle3(drafter, tmp_path / "ours", target.config)
+    folder = checkpoints.save_released(drafter, tmp_path / "ours", target.config)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
     assert set(weights.checkpoint_shapes(folder)) == DEEPSPEC_KEYS
     raw = json.loads((folder / "config.json").read_text())
     assert raw["architectures"] == ["Qwen3Eagle3Model"] and raw["target_layer_ids"] == [0, 2, 4]
     assert (raw["ttt_length"], raw["num_hidden_layers"], raw["draft_num_hidden_layers"]) == (7, 1, 1)
     assert (raw["num_target_layers"], raw["tie_word_embeddings"], raw["step_loss_decay"]) == (TARGET_LAYERS, False, 0.8)
-    loaded = layouts.load_released(folder, target)
+    loaded = checkpoints.load_released(folder, target)
     assert loaded.cfg == drafter.cfg
     for (k1, v1), (k2, v2) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2), k1
@@ -259,17 +259,17 @@ def test_own_embeddings_read_the_checkpoints_head(tmp_path, target) -> None:
     tensors["lm_head.weight"] = 2.0 * tensors["lm_head.weight"]
     folder = write_deepspec(tmp_path / "eagle3", target, (1, 3), tensors=tensors)
     with pytest.warns(UserWarning, match="lm_head.weight differs from the target's"):
-        shared = layouts.load_released(folder, target)
+        shared = checkpoints.load_released(folder, target)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        own = eagle3.load_released_eagle3(folder, target, own_embeddings=True)
+        own = checkpoints.load_released(folder, target, own_embeddings=True)
     assert own.cfg.own_embeddings and not shared.cfg.own_embeddings
     assert torch.equal(own.lm_head.weight, tensors["lm_head.weight"])
     assert not own.lm_head.weight.requires_grad and not own.embed_tokens.weight.requires_grad
     h = torch.randn(3, HIDDEN)
     torch.testing.assert_close(own.logits_from_hidden(h), h @ tensors["lm_head.weight"].T)
     torch.testing.assert_close(shared.logits_from_hidden(h), h @ target.lm_head.weight.detach().T)
-    again = eagle3.load_released_eagle3(eagle3.save_released_eagle3(own, tmp_path / "again"), target,
+    again = checkpoints.load_released(checkpoints.save_released(own, tmp_path / "again"), target,
                                              own_embeddings=True)
     assert torch.equal(again.lm_head.weight, tensors["lm_head.weight"])
 
@@ -278,13 +278,13 @@ def test_qwen3_4b_shaped_eagle3_builds_on_meta() -> None:
     """DeepSpec's Qwen3-4B Eagle3 (config/eagle3/eagle3_qwen3_4b.py: layers 1, 9, 17, 25, 33,
     ttt_length 7, one draft layer) on a Qwen3-4B-shaped target: fc reads 5 x 2560, the chain is 7
     long and stops at the target's two end ids (generation_config.json)."""
-    assert checkpoints.RELEASED_DRAFTERS["deepseek-ai/eagle3_qwen3_4b_ttt7"] == "Qwen/Qwen3-4B"
+    assert released_config.RELEASED_DRAFTERS["deepseek-ai/eagle3_qwen3_4b_ttt7"] == "Qwen/Qwen3-4B"
     config = Qwen3Config.from_pretrained(QWEN3_4B)
     with torch.device("meta"):
         shell = Qwen3ForCausalLM(config)
     shell.generation_config = GenerationConfig.from_pretrained(QWEN3_4B)
-    released = eagle3.parse_eagle3_config(deepspec_config(shell, [1, 9, 17, 25, 33]))
-    drafter = eagle3.build_eagle3(released, shell, dtype=torch.bfloat16)
+    released = released_config.parse_released_config(deepspec_config(shell, [1, 9, 17, 25, 33]))
+    drafter = checkpoints.build_drafter(released, shell, dtype=torch.bfloat16)
     assert drafter.fc.weight.shape == (2560, 5 * 2560) and drafter.fc.weight.device.type == "meta"
     assert drafter.layers[0].self_attn.q_proj.weight.shape == (32 * 128, 2 * 2560)
     assert drafter.gamma == 7 and drafter.end_ids == (151645, 151643)
@@ -309,8 +309,8 @@ def _drop(key):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (_edit_config(architectures=["Qwen3DSparkModel"]), "not one of DeepSpec's Eagle3 names"),
-    (_edit_config(architectures=["LlamaForCausalLM"]), "not one of DeepSpec's Eagle3 names"),
+    (_edit_config(architectures=["Qwen3DSparkModel"]), "lacks the field 'block_size'"),
+    (_edit_config(architectures=["LlamaForCausalLM"]), "none of DeepSpec's drafters"),
     (_drop("layers.0.mlp.up_proj.weight"), "missing key 'layers.0.mlp.up_proj.weight'"),
     (_edit_config(target_layer_ids=[1, 2, 3]),
      r"'fc.weight' has the wrong shape: expected \[32, 96\], found \[32, 64\]"),
@@ -325,19 +325,19 @@ def test_bad_checkpoints_fail_clearly_before_any_tensor_is_read(tmp_path, target
     config, tensors = deepspec_config(target, (1, 3)), deepspec_tensors(target, 2)
     edit(config, tensors)
     folder = write_deepspec(tmp_path / "bad", target, (1, 3), tensors=tensors, config=config)
-    patch_room(monkeypatch, (checkpoints, eagle3), "read_tensors", _no_weights_read)
+    patch_room(monkeypatch, (checkpoints,), "read_tensors", _no_weights_read)
     monkeypatch.setattr(checkpoints, "read_rows", _no_weights_read)
     with pytest.raises(CheckpointError, match=message):
-        eagle3.load_released_eagle3(folder, target)
+        checkpoints.load_released(folder, target)
 
 
 def test_own_embeddings_need_the_checkpoints_copies(tmp_path, target, monkeypatch) -> None:
     tensors = deepspec_tensors(target, 2)
     del tensors["lm_head.weight"]
     folder = write_deepspec(tmp_path / "headless", target, (1, 3), tensors=tensors)
-    patch_room(monkeypatch, (checkpoints, eagle3), "read_tensors", _no_weights_read)
+    patch_room(monkeypatch, (checkpoints,), "read_tensors", _no_weights_read)
     with pytest.raises(CheckpointError, match="missing key 'lm_head.weight'"):
-        eagle3.load_released_eagle3(folder, target, own_embeddings=True)
+        checkpoints.load_released(folder, target, own_embeddings=True)
 
 
 # ---------------------------------------------------------------------------------------- the early stop

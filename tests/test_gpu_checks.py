@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers
 
-from dspark_lite.harness.gpu import checkpoints, layouts, weights
+from dspark_lite.harness.gpu import checkpoints, released_config, weights
 from dspark_lite.harness.gpu import evalsets
 from dspark_lite.harness.gpu import headless, loading, measure, memory, preflight
 from dspark_lite.harness import result_files
@@ -41,7 +41,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     patch_room(monkeypatch, gpu_room, "load_target", forbidden)
     patch_room(monkeypatch, gpu_room, "load_world", forbidden)
     patch_room(monkeypatch, gpu_room, "random_target", forbidden)
-    monkeypatch.setattr(layouts, "load_released", forbidden)
+    monkeypatch.setattr(checkpoints, "load_released", forbidden)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", forbidden)
     monkeypatch.setattr(safetensors, "safe_open", forbidden)
     monkeypatch.setattr(safetensors.torch, "load_file", forbidden)
@@ -226,7 +226,7 @@ def test_released_files_may_leave_out_the_targets_copies() -> None:
     """Item 9: embed_tokens.weight and lm_head.weight are never loaded, so a file without them is
     accepted; present, they are still shape-checked; any other missing key is still refused."""
     expected = {"fc.weight": (8, 24), "norm.weight": (8,), "embed_tokens.weight": (100, 8), "lm_head.weight": (100, 8)}
-    own = {k: v for k, v in expected.items() if k not in checkpoints.SHARED_KEYS}
+    own = {k: v for k, v in expected.items() if k not in released_config.SHARED_KEYS}
     checkpoints.check_keys(own, expected)  # no copies at all
     checkpoints.check_keys({**own, "lm_head.weight": (100, 8)}, expected)  # one of them
     checkpoints.check_keys(dict(expected), expected)

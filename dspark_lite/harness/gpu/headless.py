@@ -23,7 +23,7 @@ from ..result_files import describe_path
 from ..serving import simulator
 from ..toy.evaluation import summarize
 from ..toy.profiles import GpuStudy, get_profile
-from . import evalsets, layouts
+from . import checkpoints, evalsets
 from .loading import (
     DRAFTER_IDS,
     MODES,
@@ -171,7 +171,7 @@ def full_size_dry_run(workdir: str | Path, new_tokens: int = 24, dtype: torch.dt
     Qwen3-4B-shaped target (vocabulary 151,936, 36 layers) and random drafters of the released
     shapes (`kinds`: the 1.39B DSpark drafter, mask id 151,669, and the one-layer Eagle3 chain; both
     fuse target layers 1, 9, 17, 25, 33), each written in its released layout and read back by
-    `layouts.load_released`, one prompt through the engine per drafter for a few rounds, and the
+    `checkpoints.load_released`, one prompt through the engine per drafter for a few rounds, and the
     results writer. Returns seconds, peak resident memory (GiB, this process) and what ran. Slow
     (minutes)."""
     import resource
@@ -182,9 +182,9 @@ def full_size_dry_run(workdir: str | Path, new_tokens: int = 24, dtype: torch.dt
     target = random_target(QWEN3_4B / "config.json", device, dtype, seed)
     folders = {kind: QWEN3_4B / Path(DRAFTER_IDS[kind]).name for kind in kinds}
     for kind, folder in folders.items():
-        layouts.save_any_released(random_drafter(folder, target, seed + 1), workdir / folder.name, target.config, dtype)
+        checkpoints.save_released(random_drafter(folder, target, seed + 1), workdir / folder.name, target.config, dtype)
     built = time.perf_counter() - start
-    drafters = {kind: layouts.load_released(workdir / folder.name, target) for kind, folder in folders.items()}
+    drafters = {kind: checkpoints.load_released(workdir / folder.name, target) for kind, folder in folders.items()}
     world = World("random-weights", device, dtype, target, tiny_tokenizer(study.tiny_vocab), drafters,
                   {"target": "random weights, data/qwen3_4b/config.json",
                    **{kind: f"released layout, {folder.name}" for kind, folder in folders.items()}})

@@ -4,12 +4,12 @@ Three worlds, one code path (`load_world`):
 
 * "real": `Qwen/Qwen3-4B` through `AutoModelForCausalLM` (`runtime.pick_dtype`: bf16 from compute
   capability 8.0, float32 below; sdpa attention) and the released DFlash and DSpark drafters through
-  `layouts.load_released` (hub ids or local folders).
+  `checkpoints.load_released` (hub ids or local folders).
 * "random-weights": the same shapes from the committed configs in `data/qwen3_4b/`, random
   weights: a GPU without hub access still measures real cost tables and engine overheads
   (acceptance numbers are meaningless).
 * "smoke": a tiny random Qwen3 target and tiny random DSpark and DFlash drafters, written to a
-  folder in exactly the released layout (`layouts.save_released`, `save_pretrained`) and
+  folder in exactly the released layout (`checkpoints.save_released`, `save_pretrained`) and
   read back by the same loaders. CPU runs (CI, the book build) use it; its numbers are
   meaningless too.
 """
@@ -43,8 +43,7 @@ from ..result_files import REPO
 from ..toy import tokenizer as toy_tokenizer
 from ..toy.profiles import GpuStudy
 from ..toy.replies import encode_prompt
-from . import checkpoints, evalsets, layouts
-from .eagle3 import save_released_eagle3
+from . import checkpoints, evalsets
 
 TARGET_ID = "Qwen/Qwen3-4B"
 DRAFTER_IDS: dict[str, str] = {"eagle3": "deepseek-ai/eagle3_qwen3_4b_ttt7",
@@ -134,7 +133,7 @@ def random_target(config_path: str | Path, device: torch.device, dtype: torch.dt
 def random_drafter(config_folder: str | Path, target: PreTrainedModel, seed: int = 0) -> torch.nn.Module:
     """A drafter shaped like a released one (its config.json: DSpark, DFlash or Eagle3) with random
     weights."""
-    return layouts.build_from_config(config_folder, target, seed).eval()
+    return checkpoints.build_from_config(config_folder, target, seed).eval()
 
 
 def tiny_tokenizer(vocab_size: int):
@@ -145,7 +144,7 @@ def tiny_tokenizer(vocab_size: int):
 
 def build_smoke_world(folder: str | Path, study: GpuStudy, seed: int = 0) -> dict[str, Path]:
     """Write a tiny random Qwen3 target (save_pretrained, with its tokenizer) and tiny random
-    DSpark, DFlash and Eagle3 drafters in the released layouts (save_released, save_released_eagle3)
+    DSpark, DFlash and Eagle3 drafters in the released layouts (`checkpoints.save_released`)
     into `folder`; returns their folders {"target", "dspark", "dflash", "eagle3"}. The
     DSpark drafter has the Markov head and the confidence head; DSpark and DFlash share one backbone
     shape; Eagle3 is one layer with a chain of gamma steps, as DeepSpec's."""
@@ -169,9 +168,9 @@ def build_smoke_world(folder: str | Path, study: GpuStudy, seed: int = 0) -> dic
                                                  confidence_head=True), seed=seed + 1)
     dflash = DFlashDrafter(target, DrafterConfig(**shape), seed=seed + 1)
     eagle3 = EagleDrafter(target, DrafterConfig(shape["target_layer_ids"], gamma=study.gamma), seed=seed + 1)
-    layouts.save_released(dspark, paths["dspark"], target.config)
-    layouts.save_released(dflash, paths["dflash"], target.config)
-    save_released_eagle3(eagle3, paths["eagle3"], target.config)
+    checkpoints.save_released(dspark, paths["dspark"], target.config)
+    checkpoints.save_released(dflash, paths["dflash"], target.config)
+    checkpoints.save_released(eagle3, paths["eagle3"], target.config)
     return paths
 
 
@@ -217,7 +216,7 @@ def load_world(mode: str, device: torch.device, study: GpuStudy, seed: int = 0, 
     paths: dict[str, Path] = {}
     if mode == "real":
         target, tok = load_target(target_source, device, dtype)
-        drafters = {kind: layouts.load_released(src, target) for kind, src in drafter_sources.items()}
+        drafters = {kind: checkpoints.load_released(src, target) for kind, src in drafter_sources.items()}
         sources = {"target": str(target_source), **{k: str(v) for k, v in drafter_sources.items()}}
     elif mode == "random-weights":
         target = random_target(QWEN3_4B / "config.json", device, dtype or pick_dtype(device), seed)
@@ -230,7 +229,7 @@ def load_world(mode: str, device: torch.device, study: GpuStudy, seed: int = 0, 
         folder = Path(workdir or tempfile.mkdtemp(prefix="dspark_ch07_"))
         paths = dict(build_smoke_world(folder, study, seed))
         target, tok = load_target(paths["target"], device, dtype or torch.float32)
-        drafters = {kind: layouts.load_released(paths[kind], target) for kind in DRAFTER_IDS if kind in paths}
+        drafters = {kind: checkpoints.load_released(paths[kind], target) for kind in DRAFTER_IDS if kind in paths}
         sources = {"target": "tiny random Qwen3, written with save_pretrained and read back",
                    **{k: "tiny random, written in the released layout and read back" for k in drafters}}
     else:

@@ -16,7 +16,8 @@ from ...runtime import device_generator
 from ..serving import benchmark, costs
 from ..toy.profiles import GpuStudy
 from ..toy.replies import encode_prompt
-from . import checkpoints, layouts
+from . import checkpoints
+from .released_config import SHARED_KEYS
 from .loading import World
 
 # ========================================================================== memory
@@ -94,9 +95,9 @@ def memory_table(target_config: Any, drafter_folders: Mapping[str, str | Path], 
         target = Qwen3ForCausalLM(target_config)
     rows = [{"part": "target weights", "parameters (B)": sum(p.numel() for p in target.parameters()) / 1e9}]
     for kind, folder in drafter_folders.items():
-        drafter = layouts.build_from_config(folder, target, dtype=dtype)
-        shapes = layouts.released_shapes(drafter)
-        own = {k: v for k, v in shapes.items() if k not in checkpoints.SHARED_KEYS}
+        drafter = checkpoints.build_from_config(folder, target, dtype=dtype)
+        shapes = checkpoints.expected_shapes(drafter)
+        own = {k: v for k, v in shapes.items() if k not in SHARED_KEYS}
         rows.append({"part": f"{kind} drafter, own weights", "parameters (B)": parameter_count(own) / 1e9})
     frame = pd.DataFrame(rows)
     frame["GiB"] = frame["parameters (B)"] * 1e9 * dtype_bytes / 2**30

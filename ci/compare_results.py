@@ -1,0 +1,91 @@
+"""Two builds' measured numbers side by side, each difference read against the drafters' seed spread:
+Table 1's tau (chapter 04, every drafter and domain, seed mean), chapter 03's tau, chapter 05's
+calibration (ECE, Brier, AUROC of every calibrator) and the schedulers' choices (chapter 06's
+Appendix A acceptances, chapter 06b's gain over MTP-1).
+
+    python ci/compare_results.py BUILD_A/_build/results BUILD_B/_build/results
+
+A number is "identical" when both builds wrote the same value (to 1e-9), "inside" when the
+difference is no larger than the spread of build A's per-seed values of that number (max - min
+over the drafters' seeds; tau only, where the seeds are measured), and "differs" otherwise. Numbers
+that hang on a clock (chapter 06b's cost tables are timed on this machine) are marked "timed":
+they are shown, never expected equal. Exits 0; it reports, it does not judge.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Iterator
+
+DOMAINS = ("math", "code", "chat")
+
+
+def results(folder: Path, name: str) -> dict:
+    """The `results` part of `folder`/`name`.json ({} when the chapter wrote none)."""
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        return {}
+    raw = json.loads(path.read_text())
+    return raw.get("results", raw)
+
+
+def rows(a: Path, b: Path) -> Iterator[tuple[str, float | None, float | None, float | None, str]]:
+    """(what, A, B, A's seed spread or None, kind) for every number compared; kind "timed" or ""."""
+    for chapter, name in (("04", "table1_toy"), ("03", "parallel_drafting")):
+        per_seed_a, per_seed_b = results(a, name).get("tau_per_seed", {}), results(b, name).get("tau_per_seed", {})
+        for drafter in sorted(per_seed_a.keys() | per_seed_b.keys()):
+            for domain in DOMAINS:
+                sa = per_seed_a.get(drafter, {}).get(domain) or []
+                sb = per_seed_b.get(drafter, {}).get(domain) or []
+                yield (f"{chapter} tau {drafter} {domain} (seed mean)", statistics.mean(sa) if sa else None,
+                       statistics.mean(sb) if sb else None, (max(sa) - min(sa)) if len(sa) > 1 else None, "")
+    calib_a, calib_b = results(a, "confidence").get("calibration", {}), results(b, "confidence").get("calibration", {})
+    for calibrator in sorted(calib_a.keys() | calib_b.keys()):
+        for metric in sorted(calib_a.get(calibrator, {}).keys() | calib_b.get(calibrator, {}).keys()):
+            yield (f"05 {calibrator}: {metric}", calib_a.get(calibrator, {}).get(metric),
+                   calib_b.get(calibrator, {}).get(metric), None, "")
+    appendix_a, appendix_b = results(a, "scheduler").get("appendix_a", {}), results(b, "scheduler").get("appendix_a", {})
+    for scheduler in ("causal", "retrospective", "asynchronous"):
+        yield (f"06 Appendix A acceptance, {scheduler}", appendix_a.get(scheduler), appendix_b.get(scheduler), None, "")
+    serving_a, serving_b = results(a, "serving"), results(b, "serving")
+    for key in ("gain_over_mtp1", "gain_over_mtp1_sla2", "gain_over_mtp1_synthetic", "gain_over_mtp1_synthetic_sla2"):
+        yield f"06b {key} (%)", serving_a.get(key), serving_b.get(key), None, "timed"
+
+
+def verdict(a: float | None, b: float | None, spread: float | None, kind: str) -> str:
+    if a is None or b is None:
+        return "missing"
+    if kind:
+        return kind
+    if abs(a - b) <= 1e-9:
+        return "identical"
+    if spread is not None and abs(a - b) <= spread:
+        return "inside"
+    return "differs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", type=Path, help="the results folder of the reference build (_build/results)")
+    parser.add_argument("b", type=Path, help="the results folder of the build to compare")
+    args = parser.parse_args(argv)
+    for folder in (args.a, args.b):
+        if not folder.is_dir():
+            parser.error(f"{folder} is not a results folder (make book writes _build/results)")
+    counts: dict[str, int] = {}
+    print(f"{'number':58} {'A':>9} {'B':>9} {'B - A':>9} {'A spread':>9}  verdict")
+    for what, a, b, spread, kind in rows(args.a, args.b):
+        said = verdict(a, b, spread, kind)
+        counts[said] = counts.get(said, 0) + 1
+        cells = [f"{x:9.4f}" if x is not None else f"{'-':>9}" for x in (a, b)]
+        delta = f"{b - a:+9.4f}" if a is not None and b is not None else f"{'-':>9}"
+        print(f"{what[:58]:58} {cells[0]} {cells[1]} {delta} {(f'{spread:9.3f}' if spread is not None else '-'):>9}  {said}")
+    print("; ".join(f"{n} {said}" for said, n in sorted(counts.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
