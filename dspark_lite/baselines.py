@@ -81,7 +81,7 @@ def autoregressive_generate(
     [<= max_new_tokens], cut after an end token (`eos_token_id`: one id or several); a batch
     [B, T] (same length, no padding) returns [B, n] with the first end id repeated after a
     row's end (`sample_autoregressive`). Greedy at temperature 0."""
-    checks.generation(max_new_tokens, temperature)
+    checks.validate_generation(max_new_tokens, temperature)
     batch, ends = _prompt_batch(prompt_ids), checks.end_ids(eos_token_id)
     with torch.inference_mode():
         generated = sample_autoregressive(target, batch.to(model_device(target)), max_new_tokens, temperature,

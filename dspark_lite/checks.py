@@ -1,17 +1,19 @@
-"""The validators several modules share (chapter 02 shows the engine's door), one per concept:
-numbers and arrays (`positive_int`, `in_interval`, `positive_finite`, `float_array`,
-`probability`), confidences and their logits (`confidences`, `logits`), a batch of requests
-against a step curve (`lengths_in_range`, `requests_fit`), prompts and end ids (`prompt`,
-`generation`, `end_ids`), the target layers a drafter reads (`layer_ids`) and a training's
-final loss (`finite_loss`). One wording for one mistake, saying what was wrong and where.
+"""The validators several modules share (chapter 02 shows the engine's door), one per concept.
+Two kinds, told apart by their names: a function named for a value returns that value checked
+and converted (`positive_int`, `in_interval`, `positive_finite`, `float_array`, `probability`,
+`confidences`, `logits`, `lengths_in_range`, `prompt`, `end_ids`, `layer_ids`, and
+`speculation_prompt`: the engine's arguments checked, the prompt returned); a function named
+`validate_*` returns nothing and raises (`validate_requests_fit`, `validate_generation`,
+`validate_temperature`, `validate_draft`, `validate_draft_length`, `validate_finite_loss`). One
+wording for one mistake, saying what was wrong and where.
 
 Every other module checks its own inputs at its doors, inline or in a short checks section at
 its end; the drafters' protocol invariants (`drafter_round` and its kin) sit with the protocol
 in `hidden_drafter`. Two modules near the line limit keep their checks here for now:
 calibration (chapter 05: `accepted_counts`, `calibration_split`, `fitted_logits`,
-`weighted_values`, `outcomes`) and the engine (`speculation`, `measured_seconds`,
-`draft_length`, `finite_at_least`, and `draft`, the per-round check the engine runs only when
-asked).
+`weighted_values`, `outcomes`) and the engine (`speculation_prompt`, `measured_seconds`,
+`validate_draft_length`, `finite_at_least`, and `validate_draft`, the per-round check the engine
+runs only when asked).
 """
 from __future__ import annotations
 
@@ -132,7 +134,7 @@ def logits(z: Any, *, allow_1d: bool = False, name: str = "confidence logits") -
     return arr
 
 
-def requests_fit(requests: int, curve: Any) -> None:
+def validate_requests_fit(requests: int, curve: Any) -> None:
     """ValueError unless R requests, one anchor each, fit the step curve: min_batch <= R <= max_batch."""
     if not curve.min_batch <= requests <= curve.max_batch:
         raise ValueError(f"R = {requests} requests need a batch of at least {requests} tokens, but the step "
@@ -222,7 +224,7 @@ def outcomes(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------
 
 
-def temperature(temperature: float) -> None:
+def validate_temperature(temperature: float) -> None:
     """ValueError unless temperature >= 0 (0 = greedy)."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
@@ -242,10 +244,10 @@ def prompt(prompt_ids: Tensor, min_length: int = 1) -> Tensor:
     return prompt_ids.long()
 
 
-def generation(max_new_tokens: int, temperature_: float) -> None:
+def validate_generation(max_new_tokens: int, temperature_: float) -> None:
     """ValueError unless max_new_tokens >= 1 and temperature >= 0."""
     positive_int(max_new_tokens, "max_new_tokens")
-    temperature(temperature_)
+    validate_temperature(temperature_)
 
 
 def end_ids(eos_token_id: Any) -> tuple[int, ...]:
@@ -264,12 +266,12 @@ def end_ids(eos_token_id: Any) -> tuple[int, ...]:
     return tuple(dict.fromkeys(int(v) for v in values))
 
 
-def speculation(target_config: Any, drafter: Any, prompt_ids: Tensor, max_new_tokens: int, gamma: int,
+def speculation_prompt(target_config: Any, drafter: Any, prompt_ids: Tensor, max_new_tokens: int, gamma: int,
                 temperature_: float) -> Tensor:
     """The speculative engine's arguments (`speculative.speculative_generate`): the generation
     length and temperature, gamma >= 1, a drafter over the target's vocabulary reading existing
     target layers; returns the prompt as a LongTensor [T]."""
-    generation(max_new_tokens, temperature_)
+    validate_generation(max_new_tokens, temperature_)
     positive_int(gamma, "gamma")
     if drafter.vocab_size != target_config.vocab_size:
         raise ValueError(f"drafter vocab_size {drafter.vocab_size} differs from the target's "
@@ -286,7 +288,7 @@ def measured_seconds(phases: Sequence[float | None]) -> Sequence[float]:
     return phases
 
 
-def draft_length(draft_gamma: int, gamma: int) -> None:
+def validate_draft_length(draft_gamma: int, gamma: int) -> None:
     """ValueError unless a drafter asked for `gamma` tokens returned between 1 and gamma."""
     if not 1 <= draft_gamma <= gamma:
         raise ValueError(f"drafter returned {draft_gamma} draft tokens; expected between 1 and the {gamma} "
@@ -305,7 +307,7 @@ def layer_ids(layer_ids: Sequence[int] | None, num_layers: int) -> tuple[int, ..
     return ids
 
 
-def draft(draft: Any, target_logits: Tensor) -> None:
+def validate_draft(draft: Any, target_logits: Tensor) -> None:
     """Raise ValueError unless `draft` (a `speculative.Draft`) fits `target_logits` [gamma+1, V]
    : shapes, ids in range, rows that are distributions, and a positive probability
     at every drafted token."""
@@ -380,7 +382,7 @@ def _explain_bad_values(probs: Tensor, tokens: Tensor, vocab_size: int) -> None:
 # ----------------------------------------------------------------------------------------
 
 
-def finite_loss(loss: float, who: str) -> None:
+def validate_finite_loss(loss: float, who: str) -> None:
     """RuntimeError if a training run `who` ended with a non-finite loss."""
     if not math.isfinite(loss):
         raise RuntimeError(f"{who}: training diverged (final loss {loss})")

@@ -75,7 +75,7 @@ def schedule(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     stops there too.
     """
     a = survival(confidences, allow_1d=False)  # [R, gamma]
-    checks.requests_fit(a.shape[0], curve)
+    checks.validate_requests_fit(a.shape[0], curve)
     order, theta = prefix_thetas(a, curve)
     # Before the break every step improved, so the running best is the previous Theta.
     stops = np.flatnonzero(theta[1:] <= theta[:-1])
@@ -88,7 +88,7 @@ def schedule_reference(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     to it exactly."""
     a = survival(confidences, allow_1d=False)
     requests, gamma = a.shape
-    checks.requests_fit(requests, curve)
+    checks.validate_requests_fit(requests, curve)
     candidates = [(r, j) for r in range(requests) for j in range(1, gamma + 1) if a[r, j - 1] > 0]
     candidates.sort(key=lambda rj: (-a[rj[0], rj[1] - 1], rj[1], rj[0]))
     lengths = [0] * requests
@@ -114,7 +114,7 @@ def prefix_throughputs(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     """Theta after each prefix of the candidate order: entry k takes the first k candidates
     (entry 0 drafts nothing)."""
     a = survival(confidences, allow_1d=False)
-    checks.requests_fit(a.shape[0], curve)
+    checks.validate_requests_fit(a.shape[0], curve)
     return prefix_thetas(a, curve)[1]
 
 
@@ -123,7 +123,7 @@ def global_search(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     the optimum, but looks at confidences of tokens it then drops, which biases the output
     (Appendix A)."""
     a = survival(confidences, allow_1d=False)
-    checks.requests_fit(a.shape[0], curve)
+    checks.validate_requests_fit(a.shape[0], curve)
     order, theta = prefix_thetas(a, curve)
     return _lengths(order, int(np.argmax(theta)), a.shape[0])
 
@@ -191,8 +191,8 @@ def asynchronous_schedule(current_confidences: ArrayLike, curve: StepCurve,
     current tokens, so verification stays lossless."""
     stale = survival(stale_confidences, allow_1d=False)  # [R, gamma]
     a = survival(current_confidences, allow_1d=False)  # [R, gamma]
-    checks.requests_fit(stale.shape[0], curve)
-    checks.requests_fit(a.shape[0], curve)
+    checks.validate_requests_fit(stale.shape[0], curve)
+    checks.validate_requests_fit(a.shape[0], curve)
     capacity = int(np.argmax(prefix_thetas(stale, curve)[1]))
     order, _ = prefix_thetas(a, curve)
     return _lengths(order, min(capacity, order.size), a.shape[0])

@@ -159,7 +159,7 @@ def verify_block(
 ) -> tuple[int, int]:
     """Verify one block: `target_logits` [gamma+1, V], row k the target's prediction after the
     anchor and drafts x_1..x_k. Greedy at temperature 0, rejection sampling otherwise. Returns
-    (n_accepted, next_token). Trusts its input: `checks.draft` says whether a draft fits."""
+    (n_accepted, next_token). Trusts its input: `checks.validate_draft` says whether a draft fits."""
     if temperature == 0:
         return greedy_verify(target_logits, draft.tokens)
     target_probs = probs_from_logits(target_logits, temperature)  # [gamma+1, V]
@@ -252,9 +252,9 @@ def speculative_generate(target: PreTrainedModel, drafter: Drafter, prompt_ids: 
     the target's sampling distribution at `temperature` (its greedy output at 0). Stops after an
     end token (kept; `eos_token_id`: one id or several) or at max_new_tokens; rounds are counted
     as DeepSpec counts them (module doc). timed: measure the phase seconds (`PhaseTimer`, about
-    six CUDA synchronisations a round); validate: `checks.draft` on every draft (a host sync a
+    six CUDA synchronisations a round); validate: `checks.validate_draft` on every draft (a host sync a
     round). Both off by default, so that a wall-clock race times the engine, not its instruments."""
-    prompt = checks.speculation(target.config, drafter, prompt_ids, max_new_tokens, gamma, temperature)
+    prompt = checks.speculation_prompt(target.config, drafter, prompt_ids, max_new_tokens, gamma, temperature)
     ends, layer_ids, device = end_ids(eos_token_id), drafter.target_layer_ids, model_device(target)
     timer = PhaseTimer(device, enabled=timed)
     drafter = timer.drafter(drafter)  # start, draft and accept: the "draft" phase
@@ -272,11 +272,11 @@ def speculative_generate(target: PreTrainedModel, drafter: Drafter, prompt_ids: 
     # decode: draft a block, score anchor + drafts in one target forward, keep a prefix
     while not finished:
         draft = drafter.draft(context, gamma, temperature, generator)  # draft.gamma <= gamma tokens
-        checks.draft_length(draft.gamma, gamma)
+        checks.validate_draft_length(draft.gamma, gamma)
         block = torch.cat([context[-1:], draft.tokens.to(device)])  # [1 + draft.gamma]: anchor, drafts
         logits, hidden = score(target, block, cache, layer_ids)  # [1 + draft.gamma, V]
         if validate:
-            checks.draft(draft, logits)
+            checks.validate_draft(draft, logits)
         n_accepted, next_token = verify_block(logits, draft, temperature, generator)
         row, new_tokens = settle_round(draft, n_accepted, next_token, ends)
         rows.append(row)

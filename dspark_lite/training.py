@@ -272,7 +272,7 @@ def train_drafters(drafters: Mapping[str, TrainableDrafter], target: PreTrainedM
         checkpoint.maybe_save(lambda: training_state(step + 1, generator, batches, runs), last_step=step + 1 == cfg.steps)
     for name, run in runs.items():
         run.drafter.eval()
-        checks.finite_loss(run.history.loss[-1], name)
+        checks.validate_finite_loss(run.history.loss[-1], name)
     return {name: run.history for name, run in runs.items()}
 
 

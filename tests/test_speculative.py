@@ -172,11 +172,11 @@ def good_block(gamma: int = 2, vocab: int = 4):
     ],
 )
 def test_the_draft_check_rejects_bad_drafts(breakage, message):
-    """`checks.draft`, which the engine runs before `verify_block` with validate=True (the
+    """`checks.validate_draft`, which the engine runs before `verify_block` with validate=True (the
     engine test below runs it end to end); `verify_block` itself trusts its input."""
     logits, draft = breakage(*good_block())
     with pytest.raises(ValueError, match=message):
-        checks.draft(draft, logits)
+        checks.validate_draft(draft, logits)
 
 
 @pytest.fixture(scope="module")
@@ -467,10 +467,10 @@ class DoubledProbsDrafter(ModelDrafter):
 
 
 def test_draft_validation_is_opt_in(target, close_drafter, monkeypatch):
-    """checks.draft runs once a round with validate=True and never by default; a draft with
+    """checks.validate_draft runs once a round with validate=True and never by default; a draft with
     bad distributions is caught only when asked (greedy verification compares tokens only)."""
-    calls, real = [], checks.draft
-    monkeypatch.setattr(checks, "draft", lambda draft, logits: calls.append(1) or real(draft, logits))
+    calls, real = [], checks.validate_draft
+    monkeypatch.setattr(checks, "validate_draft", lambda draft, logits: calls.append(1) or real(draft, logits))
     prompt = torch.tensor(PROMPTS[0])
     expected = autoregressive_generate(target, prompt, 20, 0.0, None)
     assert torch.equal(speculative_generate(target, ModelDrafter(close_drafter), prompt, 20, 3, 0.0, None).tokens,

@@ -42,7 +42,7 @@ def brute_force_optimum(confidences: ArrayLike, curve: StepCurve) -> np.ndarray:
     of zero survival, which Algorithm 1 never considers; that only pays where SPS rises with
     B, so compare with `schedule` on non-increasing curves."""
     requests, gamma = survival(confidences).shape
-    checks.requests_fit(requests, curve)
+    checks.validate_requests_fit(requests, curve)
     every = np.array(list(itertools.product(range(gamma + 1), repeat=requests)), dtype=np.int64)  # [(gamma+1)^R, R]
     every = every[requests + every.sum(axis=1) <= curve.max_batch]
     thetas = [expected_throughput(confidences, lengths, curve) for lengths in every]

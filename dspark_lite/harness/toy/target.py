@@ -155,7 +155,7 @@ def train_causal_lm(
             "history": asdict(history)}, last_step=step == cfg.steps)
     model.eval()
     history.seconds = time.perf_counter() - start
-    checks.finite_loss(history.train_loss[-1], desc)
+    checks.validate_finite_loss(history.train_loss[-1], desc)
     return history
 
 
