@@ -13,12 +13,15 @@ they are shown, never expected equal. Exits 0; it reports, it does not judge.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_verdicts import two_builds  # noqa: E402
 
 DOMAINS = ("math", "code", "chat")
 
@@ -68,16 +71,10 @@ def verdict(a: float | None, b: float | None, spread: float | None, kind: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("a", type=Path, help="the results folder of the reference build (_build/results)")
-    parser.add_argument("b", type=Path, help="the results folder of the build to compare")
-    args = parser.parse_args(argv)
-    for folder in (args.a, args.b):
-        if not folder.is_dir():
-            parser.error(f"{folder} is not a results folder (make book writes _build/results)")
+    a_folder, b_folder = two_builds(argv, __doc__, "results (make book writes _build/results)")
     counts: dict[str, int] = {}
     print(f"{'number':58} {'A':>9} {'B':>9} {'B - A':>9} {'A spread':>9}  verdict")
-    for what, a, b, spread, kind in rows(args.a, args.b):
+    for what, a, b, spread, kind in rows(a_folder, b_folder):
         said = verdict(a, b, spread, kind)
         counts[said] = counts.get(said, 0) + 1
         cells = [f"{x:9.4f}" if x is not None else f"{'-':>9}" for x in (a, b)]

@@ -40,15 +40,22 @@ def boxes(executed: Path) -> dict[str, list[tuple[str, str, str]]]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("a", type=Path, help="executed notebooks of the first build")
-    parser.add_argument("b", type=Path, help="executed notebooks of the second build")
+def two_builds(argv: list[str] | None, doc: str, what: str) -> tuple[Path, Path]:
+    """The two folders of a build-against-build comparison from the command line; each must exist
+    (`what` says what it holds)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", type=Path, help=f"{what} of the first build")
+    parser.add_argument("b", type=Path, help=f"{what} of the second build")
     args = parser.parse_args(argv)
     for folder in (args.a, args.b):
         if not folder.is_dir():
-            parser.error(f"{folder} is not a folder of executed notebooks")
-    a, b = boxes(args.a), boxes(args.b)
+            parser.error(f"{folder} is not a folder of {what}")
+    return args.a, args.b
+
+
+def main(argv: list[str] | None = None) -> int:
+    first, second = two_builds(argv, __doc__, "executed notebooks")
+    a, b = boxes(first), boxes(second)
     same = differ = 0
     for chapter in sorted(set(a) | set(b)):
         print(f"## {chapter}")
