@@ -211,8 +211,18 @@ def run_notebook(src: Path, dst: Path, profile: str, results_dir: Path, timeout:
         raise NotebookFailed(f"{src.name}: the kernel died ({e}); {why}") from None
     finally:
         stop.set()
+        drop_blank_streams(nb)
         nbformat.write(nb, dst)  # what executed, even after a failure
     return time.perf_counter() - start
+
+
+def drop_blank_streams(nb) -> None:
+    """Remove the stream outputs whose text is only whitespace: what a transient progress bar
+    leaves behind when it clears its line. Rendered, each is an empty output box."""
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = [out for out in cell.get("outputs", [])
+                               if out.get("output_type") != "stream" or "".join(out.get("text", "")).strip()]
 
 
 def _first_line(first: list[str]) -> str:

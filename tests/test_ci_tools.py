@@ -526,3 +526,17 @@ def test_figure_problems_name_a_figure_the_page_cannot_show() -> None:
     ax.legend()
     assert any("12 in wide" in p for p in plots.figure_problems(plots.figure_report(fig)))
     plt.close(fig)
+
+
+def test_the_runner_drops_the_blank_line_a_transient_bar_leaves() -> None:
+    import nbformat
+
+    from ci.run_notebooks import drop_blank_streams
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=" " * 88 + "\r"),
+                    nbformat.v4.new_output("stream", name="stdout", text="done\n")]
+    nb.cells = [cell, nbformat.v4.new_markdown_cell("text")]
+    drop_blank_streams(nb)
+    assert [out["text"] for out in nb.cells[0].outputs] == ["done\n"]
