@@ -160,8 +160,9 @@ JS_READING = r"""() => {
                 break;
             }
         }
-        for (const o of out.children) {
-            if (!(o.innerText || '').trim() && !o.matches(media) && !o.querySelector(media)) empty += 1;
+        for (const o of out.children) {  // a copy button's icon is not content: a blank stream with one is empty
+            const shown = o.matches(media) || Array.from(o.querySelectorAll(media)).some(m => !m.closest('button'));
+            if (!(o.innerText || '').trim() && !shown) empty += 1;
         }
     }
     const code = /^[a-z][a-z0-9]*(_[a-z0-9]+)+$/i;

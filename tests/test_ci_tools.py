@@ -111,7 +111,9 @@ PLANTED = {  # page -> HTML (or a function that writes it); each chapter but "cl
     "chapters/wide_math.html": page(FIGURE + '<p>Words.</p><mjx-container display="true" style="display: block; '
                                     'overflow-x: auto"><span style="display: inline-block; width: 2000px">B(l) = ...</span>'
                                     "</mjx-container>"),
-    "chapters/empty_output.html": page(FIGURE + '<div class="cell_output"><div class="output stream"><pre> </pre></div></div>'),
+    # as the book renders a blank stream (a cleared progress bar's line): its copy button carries an SVG icon
+    "chapters/empty_output.html": page(FIGURE + '<div class="cell_output"><div class="output stream"><pre>' + " " * 88
+                                       + '\n</pre><button class="copybtn"><svg width="8" height="8"></svg></button></div></div>'),
     "chapters/code_header.html": page(FIGURE + '<div class="cell_output"><table><thead><tr><th>gain_pct</th><th>a_rj</th>'
                                       "<th>tau</th><th>gain (%)</th></tr></thead><tbody><tr><td>1</td><td>2</td><td>3</td>"
                                       "<td>4</td></tr></tbody></table></div>"),
