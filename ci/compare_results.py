@@ -1,13 +1,14 @@
 """Two builds' measured numbers side by side, each difference read against the drafters' seed spread:
-Table 1's tau (chapter 04, every drafter and domain, seed mean), chapter 03's tau, chapter 05's
-calibration (ECE, Brier, AUROC of every calibrator) and the schedulers' choices (chapter 06's
+Table 1's tau (chapter 04, every drafter and domain, seed mean), chapter 03's tau, Figures 3 and 4
+(chapter 04's lean drafters, seed means), chapter 05's calibration (ECE, Brier, AUROC of every
+calibrator; the raw and STS ECE's seed mean over every drafter seed) and the schedulers' choices (chapter 06's
 Appendix A acceptances, chapter 06b's gain over MTP-1).
 
     python ci/compare_results.py BUILD_A/_build/results BUILD_B/_build/results
 
 A number is "identical" when both builds wrote the same value (to 1e-9), "inside" when the
 difference is no larger than the spread of build A's per-seed values of that number (max - min
-over the drafters' seeds; tau only, where the seeds are measured), and "differs" otherwise. Numbers
+over the drafters' seeds; Table 1's and chapter 03's tau and chapter 05's seed ECEs), and "differs" otherwise. Numbers
 that hang on a clock (chapter 06b's cost tables are timed on this machine) are marked "timed":
 they are shown, never expected equal. Exits 0; it reports, it does not judge.
 """
@@ -45,6 +46,21 @@ def rows(a: Path, b: Path) -> Iterator[tuple[str, float | None, float | None, fl
                 sb = per_seed_b.get(drafter, {}).get(domain) or []
                 yield (f"{chapter} tau {drafter} {domain} (seed mean)", statistics.mean(sa) if sa else None,
                        statistics.mean(sb) if sb else None, (max(sa) - min(sa)) if len(sa) > 1 else None, "")
+    table1_a, table1_b = results(a, "table1_toy"), results(b, "table1_toy")
+    for key, label in (("depth_tau", "Figure 3"), ("gamma_sweep_tau", "Figure 4")):
+        for run in sorted(table1_a.get(key, {}).keys() | table1_b.get(key, {}).keys()):
+            for domain in DOMAINS:
+                yield (f"04 {label} tau {run} {domain} (seed mean)", table1_a.get(key, {}).get(run, {}).get(domain),
+                       table1_b.get(key, {}).get(run, {}).get(domain), None, "")
+    for gamma in sorted(table1_a.get("gamma_sweep_macro_gain_pct", {}).keys() | table1_b.get("gamma_sweep_macro_gain_pct", {}).keys()):
+        yield (f"04 Figure 4 macro gain at gamma {gamma} (%)", table1_a.get("gamma_sweep_macro_gain_pct", {}).get(gamma),
+               table1_b.get("gamma_sweep_macro_gain_pct", {}).get(gamma), None, "")
+    seeds_a, seeds_b = results(a, "confidence").get("by_seed", {}), results(b, "confidence").get("by_seed", {})
+    for calibrator in ("raw", "STS"):  # chapter 05 on every drafter seed: the seed mean, against A's seed range
+        metric = f"ECE of a_k, {calibrator}"
+        sa, sb = [row[metric] for row in seeds_a.values()], [row[metric] for row in seeds_b.values()]
+        yield (f"05 {metric} (seed mean)", statistics.mean(sa) if sa else None, statistics.mean(sb) if sb else None,
+               (max(sa) - min(sa)) if len(sa) > 1 else None, "")
     calib_a, calib_b = results(a, "confidence").get("calibration", {}), results(b, "confidence").get("calibration", {})
     for calibrator in sorted(calib_a.keys() | calib_b.keys()):
         for metric in sorted(calib_a.get(calibrator, {}).keys() | calib_b.get(calibrator, {}).keys()):
