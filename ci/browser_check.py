@@ -148,6 +148,15 @@ JS_READING = r"""() => {
     const column = article.getBoundingClientRect();
     const wide = [], outputs = Array.from(article.querySelectorAll('.cell_output')).filter(o => o.offsetParent !== null);
     let empty = 0;
+    // the text an output holds, without its style sheets, scripts and buttons: asked beside innerText,
+    // which is '' for content the browser has not laid out yet (a long page's code far below), while a
+    // widget's only words may sit in its buttons
+    const ownText = el => {
+        let text = '';
+        const w = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+        for (let n = w.nextNode(); n; n = w.nextNode()) if (!n.parentElement.closest('style, script, button')) text += n.textContent;
+        return text;
+    };
     const media = 'img, svg, canvas, iframe, table, .widget-subarea, .vega-embed';
     for (const out of outputs) {
         for (const e of out.querySelectorAll('*')) {
@@ -160,9 +169,9 @@ JS_READING = r"""() => {
                 break;
             }
         }
-        for (const o of out.children) {  // a copy button's icon is not content: a blank stream with one is empty
+        for (const o of out.children) {  // a copy button (its icon, its tooltip) is not content: a blank stream with one is empty
             const shown = o.matches(media) || Array.from(o.querySelectorAll(media)).some(m => !m.closest('button'));
-            if (!(o.innerText || '').trim() && !shown) empty += 1;
+            if (!(o.innerText || '').trim() && !ownText(o).trim() && !shown) empty += 1;
         }
     }
     const code = /^[a-z][a-z0-9]*(_[a-z0-9]+)+$/i;
