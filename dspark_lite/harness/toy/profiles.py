@@ -239,7 +239,7 @@ class Profile:
     regime_sequences: validation replies per domain that the regime table and the logit
         lens read.
     drafter_seeds: how many training seeds each drafter a verdict compares trains from (Table 1's,
-        chapter 04's lean ablations, chapter 05's confidence drafter), so that every interval
+        the lean ablation drafters, the confidence drafter), so that every interval
         holds the drafters' training noise (`zoo.drafter_seeds`; `$DSPARK_SEED` picks the base).
     """
 
