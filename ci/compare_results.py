@@ -1,6 +1,6 @@
 """Two builds' measured numbers side by side, each difference read against the drafters' seed spread:
 Table 1's tau (chapter 04, every drafter and domain, seed mean), chapter 03's tau, Figures 3 and 4
-(chapter 04's lean drafters, seed means), chapter 05's calibration (ECE, Brier, AUROC of every
+(chapter 04's lean drafters, seed means, against their seed range where the build kept each seed's tau), chapter 05's calibration (ECE, Brier, AUROC of every
 calibrator; the raw and STS ECE's seed mean over every drafter seed) and the schedulers' choices (chapter 06's
 Appendix A acceptances, chapter 06b's gain over MTP-1).
 
@@ -8,7 +8,7 @@ Appendix A acceptances, chapter 06b's gain over MTP-1).
 
 A number is "identical" when both builds wrote the same value (to 1e-9), "inside" when the
 difference is no larger than the spread of build A's per-seed values of that number (max - min
-over the drafters' seeds; Table 1's and chapter 03's tau and chapter 05's seed ECEs), and "differs" otherwise. Numbers
+over the drafters' seeds; Table 1's, chapter 03's and the lean drafters' tau and chapter 05's seed ECEs), and "differs" otherwise. Numbers
 that hang on a clock (chapter 06b's cost tables are timed on this machine) are marked "timed":
 they are shown, never expected equal. Exits 0; it reports, it does not judge.
 """
@@ -36,22 +36,31 @@ def results(folder: Path, name: str) -> dict:
     return raw.get("results", raw)
 
 
+def seed_means(label: str, per_seed_a: dict, per_seed_b: dict) -> Iterator[tuple]:
+    """Rows "label run domain (seed mean)" of {run: {domain: [each seed's value]}}, with A's seed
+    range (max - min) as the spread."""
+    for run in sorted(per_seed_a.keys() | per_seed_b.keys()):
+        for domain in DOMAINS:
+            sa, sb = per_seed_a.get(run, {}).get(domain) or [], per_seed_b.get(run, {}).get(domain) or []
+            yield (f"{label} {run} {domain} (seed mean)", statistics.mean(sa) if sa else None,
+                   statistics.mean(sb) if sb else None, (max(sa) - min(sa)) if len(sa) > 1 else None, "")
+
+
 def rows(a: Path, b: Path) -> Iterator[tuple[str, float | None, float | None, float | None, str]]:
     """(what, A, B, A's seed spread or None, kind) for every number compared; kind "timed" or ""."""
     for chapter, name in (("04", "table1_toy"), ("03", "parallel_drafting")):
-        per_seed_a, per_seed_b = results(a, name).get("tau_per_seed", {}), results(b, name).get("tau_per_seed", {})
-        for drafter in sorted(per_seed_a.keys() | per_seed_b.keys()):
-            for domain in DOMAINS:
-                sa = per_seed_a.get(drafter, {}).get(domain) or []
-                sb = per_seed_b.get(drafter, {}).get(domain) or []
-                yield (f"{chapter} tau {drafter} {domain} (seed mean)", statistics.mean(sa) if sa else None,
-                       statistics.mean(sb) if sb else None, (max(sa) - min(sa)) if len(sa) > 1 else None, "")
+        yield from seed_means(f"{chapter} tau", results(a, name).get("tau_per_seed", {}),
+                              results(b, name).get("tau_per_seed", {}))
     table1_a, table1_b = results(a, "table1_toy"), results(b, "table1_toy")
-    for key, label in (("depth_tau", "Figure 3"), ("gamma_sweep_tau", "Figure 4")):
-        for run in sorted(table1_a.get(key, {}).keys() | table1_b.get(key, {}).keys()):
-            for domain in DOMAINS:
-                yield (f"04 {label} tau {run} {domain} (seed mean)", table1_a.get(key, {}).get(run, {}).get(domain),
-                       table1_b.get(key, {}).get(run, {}).get(domain), None, "")
+    if "ablation_tau_per_seed" in table1_a and "ablation_tau_per_seed" in table1_b:  # kind@gamma x layers
+        yield from seed_means("04 Figures 3-4 tau", table1_a.get("ablation_tau_per_seed", {}),
+                              table1_b.get("ablation_tau_per_seed", {}))
+    else:  # a build from before the lean drafters' seeds were kept: the seed means, no spread
+        for key, label in (("depth_tau", "Figure 3"), ("gamma_sweep_tau", "Figure 4")):
+            for run in sorted(table1_a.get(key, {}).keys() | table1_b.get(key, {}).keys()):
+                for domain in DOMAINS:
+                    yield (f"04 {label} tau {run} {domain} (seed mean)", table1_a.get(key, {}).get(run, {}).get(domain),
+                           table1_b.get(key, {}).get(run, {}).get(domain), None, "")
     for gamma in sorted(table1_a.get("gamma_sweep_macro_gain_pct", {}).keys() | table1_b.get("gamma_sweep_macro_gain_pct", {}).keys()):
         yield (f"04 Figure 4 macro gain at gamma {gamma} (%)", table1_a.get("gamma_sweep_macro_gain_pct", {}).get(gamma),
                table1_b.get("gamma_sweep_macro_gain_pct", {}).get(gamma), None, "")

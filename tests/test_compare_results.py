@@ -38,3 +38,17 @@ def test_a_missing_folder_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(SystemExit):
         compare_results.main([str(tmp_path / "none"), str(tmp_path)])
+
+
+def test_the_lean_drafters_are_read_against_their_own_seeds(tmp_path: Path) -> None:
+    for name, taus in (("a", [3.0, 3.4, 3.2]), ("b", [3.3, 3.5, 3.4])):  # seed mean +0.2, inside A's range 0.4
+        (tmp_path / name).mkdir()
+        table = {"ablation_tau_per_seed": {"dflash@8x2": {"math": taus, "code": [4.0, 4.0, 4.0], "chat": taus[:1]}},
+                 "depth_tau": {"DFlash, 2 layers": {"math": 9.9}}}  # the seed means: left out when seeds are kept
+        (tmp_path / name / "table1_toy.json").write_text(json.dumps({"results": table}))
+    said = {what: compare_results.verdict(x, y, spread, kind)
+            for what, x, y, spread, kind in compare_results.rows(tmp_path / "a", tmp_path / "b")}
+    assert said["04 Figures 3-4 tau dflash@8x2 math (seed mean)"] == "inside"
+    assert said["04 Figures 3-4 tau dflash@8x2 code (seed mean)"] == "identical"
+    assert said["04 Figures 3-4 tau dflash@8x2 chat (seed mean)"] == "differs"  # one seed: no spread
+    assert not any("Figure 3 tau" in what for what in said)
