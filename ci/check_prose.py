@@ -3,8 +3,11 @@
     python ci/check_prose.py              # exit 1 and list every unmarked measured number
 
 The rule, per markdown cell of every chapter in `_toc.yml`: after removing code spans, math,
-links' targets, `{glue...}` roles (numbers the notebook computed and glued) and `{paper}` roles
-(numbers quoted from the paper, shown as such in the book), no *measured number* may remain.
+links' targets, `{glue...}` roles (numbers the notebook computed and glued), `{paper}` roles
+and plain-text paper quotes ("the paper: 4.80 / 4.44 / 2.95", up to the next parenthesis,
+semicolon or full stop; numbers quoted from the paper, shown as such on every page), no
+*measured number* may remain. (A number a run measured belongs in that cell's Markdown output,
+`results.say`, never in a markdown cell.)
 A measured number is
   - a decimal (4.62, 0.85), unless it names a section, equation, figure, table, algorithm,
     appendix or chapter ("Section 3.2.2"), or is a version (5.10.2);
@@ -32,6 +35,7 @@ STRIP = [
     re.compile(r"```.*?```", re.S),
     re.compile(r"\$\$.*?\$\$", re.S),
     re.compile(r"\{[a-z:]+\}`[^`]*`"),
+    PAPER_QUOTE := re.compile(r"\b(?:the paper|paper's|paper)(?: reports)?:\s[^);.\n]*(?:\.\d[^);.\n]*)*", re.I),
     re.compile(r"`[^`]*`"),
     re.compile(r"(?<!\\)\$[^$\n]+?\$"),
     re.compile(r"\]\([^)]*\)"),

@@ -36,6 +36,18 @@ def plain(value: Any, digits: int = 3) -> str:
     return word_list(parts) if parts else "none"
 
 
+def say(*paragraphs: str) -> None:
+    """What this run measured, said in words as the cell's Markdown output (CommonMark plus LaTeX),
+    so the sentence sits beside its evidence in JupyterLab, Colab and the rendered book alike.
+    Each argument is one paragraph; empty ones are left out."""
+    from IPython.display import Markdown, display
+
+    text = "\n\n".join(p.strip() for p in paragraphs if p and p.strip())
+    if not text:
+        raise ValueError("say() needs at least one non-empty paragraph")
+    display(Markdown(text))
+
+
 def glue(name: str, value: Any, fmt: str = "") -> None:
     """Put a measured number or a run-chosen phrase into the chapter's prose (nothing is shown in
     the cell: a glue call may end a cell).
