@@ -125,7 +125,7 @@ JS_CHART_FONTS = """() => Array.from(document.querySelectorAll('.vega-embed svg'
             shown_px: Math.round(svg.getBoundingClientRect().width)};
 }).filter(x => x)"""
 # How a chapter reads (measured on the page as a reader sees it, inside the article): characters of
-# visible text that is prose (markdown, glued values, headings) against code-cell inputs and outputs
+# visible text that is prose (markdown, glued values, headings, Markdown outputs) against code-cell inputs and outputs
 # (folded cells, figures, scripts and toggle labels not counted); prose words; every output block
 # wider than the column or scrolled sideways, and every display formula so; empty output boxes; column headers that are code
 # names (snake_case with a word of three letters or more); and the results placeholder in outputs.
@@ -141,7 +141,10 @@ JS_READING = r"""() => {
         if (el.closest('details:not([open])')) continue;
         const t = n.textContent.replace(/\s+/g, ' ').trim();
         if (!t) continue;
-        const kind = el.closest('.cell_input') ? 'input' : el.closest('.cell_output') ? 'output' : 'prose';
+        // a Markdown output (what a run measured, said in words: results.say) is prose; myst-nb renders
+        // it as paragraphs straight in the cell's output box, every other output inside a div.output
+        const said = el.closest('.cell_output') && !el.closest('.output, pre, table, .vega-embed, .widget-subarea');
+        const kind = el.closest('.cell_input') ? 'input' : (el.closest('.cell_output') && !said) ? 'output' : 'prose';
         counts[kind] += t.length;
         if (kind === 'prose') words += t.split(' ').filter(w => /[A-Za-z]/.test(w)).length;
     }
