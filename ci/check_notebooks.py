@@ -4,7 +4,11 @@
 
 Checks: no outputs and no execution counts, every cell has an id, exactly one code cell tagged
 `parameters`, display math (`$$ ... $$`) is a paragraph of its own (MyST leaves it as raw text
-otherwise), every toc chapter exists, and every `chapters/*.ipynb` is in the toc.
+otherwise), every toc chapter exists, and every `chapters/*.ipynb` is in the toc. A chapter reads the
+same in JupyterLab, Colab and the rendered book: no MyST role in a markdown cell (`{glue:md}`,
+`{term}`, `{paper}`, ...: only myst-nb fills them), no `results.glue` call (what a run measured is
+said by its cell's Markdown output, `results.say`), and no code cell over `LONGEST_CODE_CELL` lines
+(a notebook viewer shows every code cell, whatever its tags).
 """
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
 from ci.toc import REPO, cells, toc_markdown, toc_notebooks
 
 DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
+MYST_ROLE = re.compile(r"\{[a-z][a-z-]*(?::[a-z-]+)?\}`[^`]*`")
+GLUE_CALL = re.compile(r"\bglue\(")
+LONGEST_CODE_CELL = 30
 CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
 
 
@@ -47,6 +54,24 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
             for math in display_math_problems(source if isinstance(source, str) else "".join(source)):
                 problems.append(f"{name}: cell {i}: display math '{math}...' shares a paragraph with text; "
                                 "put a blank line before and after it")
+    for i, c in enumerate(raw_cells):
+        source = c.get("source", "")
+        source = source if isinstance(source, str) else "".join(source)
+        if c.get("cell_type") == "markdown":
+            roles = MYST_ROLE.findall(source)
+            if roles:
+                problems.append(f"{name}: cell {i}: MyST role(s) {', '.join(roles[:3])}: only the rendered book fills "
+                                "them; write a glossary term as [**term**](92_glossary.md), a paper number as "
+                                "'(the paper: 4.80)', and say what the run measured from its cell (results.say)")
+        elif c.get("cell_type") == "code":
+            if GLUE_CALL.search(source):
+                problems.append(f"{name}: cell {i}: a glue call; say what the run measured as the cell's Markdown "
+                                "output (dspark_lite.harness.book.results.say) instead")
+            lines = len(source.splitlines())
+            if lines > LONGEST_CODE_CELL:
+                problems.append(f"{name}: cell {i}: {lines} lines of code; a notebook viewer shows every code cell, "
+                                f"so keep each to {LONGEST_CODE_CELL} lines (bookkeeping goes to "
+                                "dspark_lite/harness/book/pages/)")
     params = [i for i, c in enumerate(raw_cells)
               if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(params) != 1:
