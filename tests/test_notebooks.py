@@ -1,4 +1,5 @@
-"""Every chapter in the smoke profile, then a smoke book build and a browser check of it.
+"""Every chapter in the smoke profile, then a smoke book build and a browser check of it, then every
+executed chapter read as a notebook viewer shows it (ci/notebook_view_check.py).
 
 The order matters and is the toc's: chapters share the trained-artifact cache, so later ones
 reuse what earlier ones trained. pytest runs a module's tests in the order they are written.
@@ -7,6 +8,7 @@ reuse what earlier ones trained. pytest runs a module's tests in the order they 
     _build/smoke/results/                       DSPARK_RESULTS of the smoke run
     _build/smoke/_build/html/                   the smoke book
     _build/screenshots/                         one full-page screenshot per page
+    _build/screenshots/notebook_view/           one per chapter as a notebook viewer shows it
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ci.browser_check import ChromiumNotFound, check_site, toc_pages
 from ci.build_book import BuildError, build_book
 from ci.check_notebooks import check_book, output_problems
 from ci.check_prose import missing_glue
+from ci.notebook_view_check import check_notebooks
 from ci.run_notebooks import NotebookFailed, run_notebook
 from ci.toc import REPO, toc_notebooks
 
@@ -61,4 +64,18 @@ def test_smoke_book_renders_in_a_browser() -> None:
         problems = check_site(html, SCREENSHOTS, chapters=toc_pages(REPO))
     except ChromiumNotFound as e:
         pytest.fail(str(e), pytrace=False)
+    assert not problems, "\n".join(problems)
+
+
+def test_smoke_chapters_read_in_a_notebook_viewer() -> None:
+    """Every executed smoke chapter, as JupyterLab and Colab show it (nbconvert's HTML in Chromium):
+    no role or placeholder text, every Markdown output rendered, every verdict row on the page, and
+    a chapter with a verdict box says in words what its run measured."""
+    if FAILED:
+        pytest.fail(f"not reading the notebooks: notebooks failed: {', '.join(FAILED)}", pytrace=False)
+    try:
+        problems, seen = check_notebooks([EXECUTED / nb for nb in NOTEBOOKS], SCREENSHOTS / "notebook_view")
+    except ChromiumNotFound as e:
+        pytest.fail(str(e), pytrace=False)
+    assert set(seen) == {nb.stem for nb in NOTEBOOKS}
     assert not problems, "\n".join(problems)
