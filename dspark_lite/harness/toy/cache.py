@@ -12,24 +12,42 @@ folder, and the training checkpoint in it (`resume`), for the next run to resume
 One process builds an artifact at a time (a lock file); another that asks for it waits, then
 loads it. A folder that fails its manifest, or fails to load, is reported with its path and
 the reason, then rebuilt: never half-loaded.
+
+The published cache. The forge's book workflow packs every artifact its build made
+(`pack_published`: one archive a folder, and a manifest of every file's sha256 with the cache keys)
+beside the HTML, in the site's ``cache/``. A run elsewhere (Colab, a workstation, a fresh folder
+with the package installed) may opt in by setting ``$DSPARK_CACHE_URL`` to that folder's address:
+an artifact missing here is then fetched from it (`fetch_published`, with a progress bar and a
+line naming what and from where), checked file by file against the published hashes, and refused
+(deleted, then trained as usual) when any differs. Nothing is fetched while the variable is unset.
+Keys hash the package's source, so a run of other code than the build's finds nothing that
+matches and trains everything.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import hashlib
 import json
 import os
 import shutil
+import tarfile
+import time
+import urllib.request
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from ... import __version__, resume
+from ...progress import progress
 
 T = TypeVar("T")
 MANIFEST = "MANIFEST.json"
 ENV_VAR = "DSPARK_CACHE"
+URL_VAR = "DSPARK_CACHE_URL"  # the published cache's address: set it to fetch what is missing here
+PUBLISHED_MANIFEST = "cache-manifest.json"  # beside the archives: every file's sha256, with the keys
+PUBLISHED_FORMAT = 1
 
 
 class CorruptArtifact(RuntimeError):
@@ -109,11 +127,22 @@ def artifact_folder(kind: str, config: dict[str, Any], root: Path | None = None)
 
 
 def contains(kind: str, config: dict[str, Any], root: Path | None = None) -> bool:
-    """Whether a complete artifact for (kind, config) is cached (its folder passes its manifest)."""
-    try:
-        verify_manifest(artifact_folder(kind, config, root))
-    except CorruptArtifact:
+    """Whether a complete artifact for (kind, config) is cached (its folder passes its manifest).
+    With `$DSPARK_CACHE_URL` set, one missing here is first fetched from the published cache
+    (`fetch_published`), so that only what it lacks is trained."""
+    folder = artifact_folder(kind, config, root)
+    with contextlib.suppress(CorruptArtifact):
+        verify_manifest(folder)
+        return True
+    if published_url() is None:
         return False
+    with exclusive(folder):
+        if not folder.exists():  # (another process may have built or fetched it meanwhile)
+            fetch_published(folder)
+        try:
+            verify_manifest(folder)
+        except CorruptArtifact:
+            return False
     return True
 
 
@@ -138,6 +167,18 @@ def exclusive(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _loaded(kind: str, folder: Path, load: Callable[[Path], T]) -> tuple[bool, T | None]:
+    """(True, load(folder)) when the folder passes its manifest and loads; else the reason is
+    reported (a warning with its path), the folder removed, and (False, None) returned."""
+    try:
+        verify_manifest(folder)
+        return True, load(folder)
+    except Exception as exc:  # corrupt or unloadable: report, then rebuild
+        warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); rebuilding it", stacklevel=3)
+        shutil.rmtree(folder)
+        return False, None
+
+
 def load_or_build(
     kind: str,
     config: dict[str, Any],
@@ -149,17 +190,17 @@ def load_or_build(
 
     `build(folder)` writes the artifact's files into its work folder (`work_folder`; a training
     checkpoints there and resumes from what an interrupted build left); `load(folder)` reads them
-    back. A corrupt cached folder is reported (warning with path and reason) and rebuilt.
+    back. A corrupt cached folder is reported (warning with path and reason) and rebuilt. With
+    `$DSPARK_CACHE_URL` set, an artifact missing here is fetched from the published cache
+    (`fetch_published`) before anything is built.
     """
     folder = artifact_folder(kind, config, root)
     with exclusive(folder):
-        if folder.exists():
-            try:
-                verify_manifest(folder)
-                return load(folder)
-            except Exception as exc:  # corrupt or unloadable: report, then rebuild
-                warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); rebuilding it", stacklevel=2)
-                shutil.rmtree(folder)
+        for present in (folder.exists, lambda: fetch_published(folder)):
+            if present():
+                usable, value = _loaded(kind, folder, load)
+                if usable:
+                    return value
         work = work_folder(kind, config, root)
         work.mkdir(parents=True, exist_ok=True)
         build(work)
@@ -167,3 +208,168 @@ def load_or_build(
         write_manifest(work, config)
         os.replace(work, folder)
     return load(folder)
+
+
+# ========================================================================== the published cache
+
+
+def published_url() -> str | None:
+    """The published cache's address from `$DSPARK_CACHE_URL` (http, https or file), or None when
+    the variable is unset or empty: then nothing is ever fetched."""
+    url = os.environ.get(URL_VAR, "").strip().rstrip("/")
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://", "file://")):
+        raise ValueError(f"${URL_VAR} must be an http(s):// or file:// address of a published cache "
+                         f"(the folder holding {PUBLISHED_MANIFEST}), got {url!r}")
+    return url
+
+
+def current_artifacts(root: Path | None = None) -> list[Path]:
+    """The complete artifact folders of the cache (`root`, default `cache_dir`) that this package's
+    source would load: folders that pass their manifest and whose name is the key of their recorded
+    config now. Those built by other versions of the code (a restored older cache) are left out."""
+    root = Path(root) if root is not None else cache_dir()
+    found = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        kind, _, key = folder.name.rpartition("-")
+        if folder.name.startswith(".") or not folder.is_dir() or not kind:
+            continue
+        try:
+            verify_manifest(folder)
+        except CorruptArtifact:
+            continue
+        config = json.loads((folder / MANIFEST).read_text())["config"]
+        if artifact_key(kind, config) == key:
+            found.append(folder)
+    return found
+
+
+def _write_archive(folder: Path, archive: Path) -> None:
+    """folder's files as a gzipped tar, the same bytes for the same files (sorted, no times or owners)."""
+    with open(archive, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            info = tarfile.TarInfo(path.relative_to(folder).as_posix())
+            info.size, info.mode = path.stat().st_size, 0o644
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+
+
+def pack_published(out: Path, root: Path | None = None) -> dict[str, Any]:
+    """Pack the cache for publishing (the book workflow, `ci/pack_cache.py`): each of
+    `current_artifacts(root)` as `out/<folder>.tar.gz`, and `out/cache-manifest.json` with, for
+    each, its kind and key, the archive's size and sha256, and the sha256 of every file in it.
+    Returns the manifest."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    artifacts = {}
+    for folder in current_artifacts(root):
+        archive = out / f"{folder.name}.tar.gz"
+        _write_archive(folder, archive)
+        kind, _, key = folder.name.rpartition("-")
+        artifacts[folder.name] = {
+            "kind": kind, "key": key, "archive": archive.name, "archive_bytes": archive.stat().st_size,
+            "archive_sha256": _sha256(archive),
+            "files": {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}}
+    manifest = {"format": PUBLISHED_FORMAT, "dspark_lite": __version__, "package_source": package_source_hash(),
+                "artifacts": artifacts}
+    (out / PUBLISHED_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    return manifest
+
+
+_INDEXES: dict[str, dict[str, Any] | None] = {}  # published manifests read in this process, by address
+_NOT_FETCHED: set[str] = set()  # "<address> <folder>" not published, or refused: not tried again
+
+
+def _published_index(url: str) -> dict[str, Any] | None:
+    """The published manifest at `url`, read once a process (None, said once, if unreadable)."""
+    if url not in _INDEXES:
+        try:
+            with urllib.request.urlopen(f"{url}/{PUBLISHED_MANIFEST}", timeout=60) as response:
+                index = json.loads(response.read())
+            if index.get("format") != PUBLISHED_FORMAT or not isinstance(index.get("artifacts"), dict):
+                raise ValueError(f"not a format-{PUBLISHED_FORMAT} cache manifest")
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"the published cache {url}/{PUBLISHED_MANIFEST} cannot be read ({exc}); "
+                          "what is missing here is trained here", stacklevel=4)
+            index = None
+        else:
+            same = index.get("package_source") == package_source_hash()
+            print(f"Published cache {url}: {len(index['artifacts'])} trained artifacts, built by dspark_lite "
+                  f"{index.get('dspark_lite', '?')}" + (
+                      "; those missing here are fetched from it and checked against its sha256 hashes." if same else
+                      " from other source code than this copy's, so none of them matches: everything trains here."))
+        _INDEXES[url] = index
+    return _INDEXES[url]
+
+
+def _download(url: str, dest: Path, size: int, desc: str) -> None:
+    """`url` into `dest`, with a progress bar of bytes (rate and time left)."""
+    with urllib.request.urlopen(url, timeout=60) as response, open(dest, "wb") as f, \
+            progress(total=int(response.headers.get("Content-Length") or size), unit="B", unit_scale=True,
+                     unit_divisor=1024, desc=desc, leave=False) as bar:
+        for chunk in iter(lambda: response.read(1 << 20), b""):
+            f.write(chunk)
+            bar.update(len(chunk))
+
+
+def _unpack_checked(archive: Path, files: dict[str, str], dest: Path) -> None:
+    """Extract `archive` into `dest` and check that it holds exactly `files` ({name: sha256});
+    raise CorruptArtifact naming the first file that differs."""
+    with tarfile.open(archive, "r:gz") as tar:
+        members = tar.getmembers()
+        strays = [m.name for m in members if m.name not in files or not m.isfile()
+                  or m.name.startswith("/") or ".." in m.name.split("/")]
+        if strays:
+            raise CorruptArtifact(f"the archive holds what its manifest does not list: {strays[:3]}")
+        if hasattr(tarfile, "data_filter"):  # Python 3.10.12+, 3.11.4+
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)
+    for name, digest in files.items():
+        path = dest / name
+        if not path.is_file():
+            raise CorruptArtifact(f"{name}: listed in the published manifest but not in the archive")
+        if _sha256(path) != digest:
+            raise CorruptArtifact(f"{name}: its sha256 differs from the published manifest's")
+    verify_manifest(dest)
+
+
+def fetch_published(folder: Path) -> bool:
+    """Fetch the artifact `folder` (its name is its kind and key) from the published cache at
+    `$DSPARK_CACHE_URL` into the cache, and return whether it is now there. False, with nothing
+    fetched, when the variable is unset, the cache unreadable, or the artifact not published; False,
+    and nothing kept, when its archive or any file in it differs from the published sha256 (the
+    artifact is then trained as usual). Call it holding `exclusive(folder)`."""
+    url = published_url()
+    if url is None or f"{url} {folder.name}" in _NOT_FETCHED:
+        return False
+    index = _published_index(url)
+    entry = (index or {}).get("artifacts", {}).get(folder.name)
+    if entry is None:
+        _NOT_FETCHED.add(f"{url} {folder.name}")
+        if index is not None and index.get("package_source") == package_source_hash():
+            print(f"{folder.name} is not in the published cache: it trains here.")
+        return False
+    source = f"{url}/{entry['archive']}"
+    print(f"Fetching {folder.name} ({entry['archive_bytes'] / 2 ** 20:.1f} MiB) from {source}")
+    archive, unpacked = folder.parent / f".fetch-{folder.name}.tar.gz", folder.parent / f".fetch-{folder.name}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(unpacked, ignore_errors=True)
+    start = time.perf_counter()
+    try:
+        _download(source, archive, entry["archive_bytes"], f"fetch {folder.name}")
+        if _sha256(archive) != entry["archive_sha256"]:
+            raise CorruptArtifact("the archive's sha256 differs from the published manifest's")
+        _unpack_checked(archive, entry["files"], unpacked)
+        os.replace(unpacked, folder)
+    except (CorruptArtifact, OSError, tarfile.TarError) as exc:
+        warnings.warn(f"refused {folder.name} from {source}: {exc}; it is trained here instead", stacklevel=3)
+        shutil.rmtree(unpacked, ignore_errors=True)
+        _NOT_FETCHED.add(f"{url} {folder.name}")
+        return False
+    finally:
+        archive.unlink(missing_ok=True)
+    print(f"  {len(entry['files'])} files, sha256 checked, in {time.perf_counter() - start:.1f} s")
+    return True
