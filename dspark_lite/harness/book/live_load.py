@@ -96,7 +96,7 @@ def live_kernel() -> bool:
 
 
 class LoadExplorer:
-    """ipywidgets controls for chapter 06b's load figure that recompute in the kernel: R (the
+    """ipywidgets controls for the load figure that recompute in the kernel: R (the
     concurrencies of the figure, with its blocks), the cost curve (the synthetic knee-and-slope
     curve of the figure, or one of `tables`: name -> StepCurve or R -> StepCurve), its knee and
     slope. Every move calls `load_state` and redraws `view`; `state` holds the numbers shown."""
@@ -161,7 +161,7 @@ class LoadExplorer:
 def show_live(confidences: np.ndarray, concurrencies: Sequence[int], max_batch: int, seed: int = 0,
               tables: Mapping[str, StepCurve | Mapping[int, StepCurve]] | None = None,
               knee: int | None = None) -> LoadExplorer | None:
-    """Chapter 06b's live controls, shown only in a reader's running kernel (`live_kernel`); the
+    """The live load controls, shown only in a reader's running kernel (`live_kernel`); the
     book build and a headless run get None and show nothing, the precomputed figure stays."""
     if not live_kernel():
         return None
