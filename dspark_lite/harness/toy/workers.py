@@ -77,8 +77,10 @@ def worker_processes(device: torch.device) -> int:
     CPU core on Linux (`usable_cpus`); one on a GPU or where processes cannot fork. A toy rollout is
     a long chain of small ops that a second thread barely speeds up (measured on 2 cores: six
     rollouts in 0.71 s on one thread, 0.68 s on two), so two single-thread processes generate about
-    1.7 times as many."""
-    if device.type != "cpu" or sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
+    1.7 times as many. One also once CUDA is initialised in this process (a chapter on a GPU doing
+    CPU work): a forked child of a CUDA process cannot use CUDA, and nothing forks after it starts."""
+    if (device.type != "cpu" or sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods()
+            or torch.cuda.is_initialized()):
         return 1
     return usable_cpus()
 
@@ -109,10 +111,14 @@ def fork_map(function: Callable[[int], Any], jobs: int, processes: int, describe
     job order. `function` is a module-level function (it reads its inputs from a global the caller
     set before the fork); `on_wait` is called every `every` seconds while waiting (a progress bar's
     update). If a worker dies, raises `WorkerDied` within about a second, naming each job that was
-    running (`describe(job)`) and how its process ended. No worker outlives the call."""
+    running (`describe(job)`) and how its process ended. No worker outlives the call. Once CUDA is
+    initialised in this process nothing forks: the jobs then run here, one after another."""
     global _STARTED
     if processes < 1 or jobs < 0:
         raise ValueError(f"need processes >= 1 and jobs >= 0, got {processes} and {jobs}")
+    if torch.cuda.is_initialized():
+        yield from (function(job) for job in range(jobs))
+        return
     context = multiprocessing.get_context("fork")
     _STARTED = context.RawArray("q", max(jobs, 1))
     before = set(multiprocessing.active_children())
