@@ -1,11 +1,14 @@
 """Running the book elsewhere (chapters 00 and 07): every chapter's Colab cell clones the repository
-the launch buttons name, and chapter 07's headless entry point runs without any notebook library."""
+the launch buttons name (and says what to do, and stops, when it cannot), and chapter 07's headless
+entry point runs without any notebook library."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import nbformat
@@ -23,7 +26,8 @@ def test_colab_cell_clones_the_repository_of_the_launch_buttons(notebook: Path) 
     the repository it clones is the one in the Colab launch button's address."""
     url, branch = results.repository_setting()
     cell = nbformat.read(notebook, as_version=4).cells[0]
-    assert cell.cell_type == "code" and cell.source == results.colab_cell_source(url, branch)
+    assert cell.cell_type == "code" and cell.source == results.colab_cell_source(url, branch), \
+        "the first cell is not colab_cell_source's: rewrite every chapter's with `python ci/colab_cells.py --write`"
     launch = results.colab_launch_url(f"chapters/{notebook.name}")
     owner_name = url.removeprefix("https://github.com/")
     assert launch == f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/chapters/{notebook.name}"
@@ -44,6 +48,114 @@ def test_repository_setting_rejects_a_placeholder(tmp_path: Path) -> None:
     assert results.colab_launch_url("chapters/x.ipynb", config).endswith("/github/someone/fork/blob/dev/chapters/x.ipynb")
     source = results.colab_cell_source(*results.repository_setting(config))
     assert '= "https://github.com/someone/fork", "dev", "/content/fork"' in source
+
+
+def colab_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str, colab: bool = True) -> list[list[str]]:
+    """Run a Colab cell for `url` (cloned into tmp_path/content) as Colab would, with google.colab
+    faked and dspark_lite not installed yet: git runs for real, pip is recorded, not run. Returns
+    the commands the cell ran."""
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DSPARK_CACHE_URL", raising=False)
+    ran, real_run, real_find = [], subprocess.run, importlib.util.find_spec
+
+    def run(command: list[str], *args: object, **kwargs: object) -> subprocess.CompletedProcess:
+        ran.append(list(command))
+        if command[1:4] == ["-m", "pip", "install"]:
+            return subprocess.CompletedProcess(command, 0)
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "dspark_lite" else real_find(name, *a, **k))
+    source = results.colab_cell_source(url, "main", root=str(tmp_path / "content"), cache_url="http://127.0.0.1:9/cache")
+    exec(compile(source, "colab-cell", "exec"), {"__name__": "__main__"})
+    return ran
+
+
+def test_the_colab_cell_stops_with_the_ways_forward_when_the_clone_fails(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53: the repository is not reachable (here a file:// address with nothing there): the
+    cell raises, naming the repository, git's reason and the two ways forward, and stops there
+    (no install, no change of folder)."""
+    missing = (tmp_path / "missing.git").as_uri()
+    with pytest.raises(RuntimeError) as raised:
+        colab_cell(monkeypatch, tmp_path, missing)
+    message = str(raised.value)
+    assert f"The book's repository {missing} (branch main) cannot be cloned here" in message
+    assert "does not exist" in message or "not found" in message or "fatal" in message  # git's own reason
+    assert f"1. Put a copy of the book at {tmp_path / 'content' / 'missing'}" in message
+    assert "2. pip install dspark_lite from a copy you have" in message
+    assert Path.cwd() == tmp_path and not (tmp_path / "content" / "missing").exists()
+    assert "DSPARK_CACHE_URL" not in os.environ
+
+
+def test_the_colab_cell_clones_installs_and_opts_in_to_the_published_cache(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """A reachable repository (a bare repository made here, served as file://): the cell clones
+    it, installs it editable, works in its chapters/ and sets $DSPARK_CACHE_URL, saying so."""
+    work = tmp_path / "work"
+    (work / "chapters").mkdir(parents=True)
+    (work / "chapters" / "00_preface.ipynb").write_text("{}")
+    for command in (["init", "-q", "-b", "main"], ["add", "."],
+                    ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "the book"]):
+        subprocess.run(["git", *command], cwd=work, check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(tmp_path / "book.git")], check=True, capture_output=True)
+    ran = colab_cell(monkeypatch, tmp_path, (tmp_path / "book.git").as_uri())
+    clone = tmp_path / "content" / "book"
+    assert ran[0][:2] == ["git", "clone"] and ran[1] == [sys.executable, "-m", "pip", "install", "--quiet", "-e", str(clone)]
+    assert (clone / "chapters" / "00_preface.ipynb").exists() and Path.cwd() == clone / "chapters"
+    assert sys.path[0] == str(clone) and os.environ["DSPARK_CACHE_URL"] == "http://127.0.0.1:9/cache"
+    assert "Trained models: fetched from http://127.0.0.1:9/cache when published there" in capsys.readouterr().out
+    monkeypatch.setenv("DSPARK_CACHE_URL", "")  # run again: no second clone, and an empty address is kept
+    monkeypatch.chdir(tmp_path)
+    source = results.colab_cell_source((tmp_path / "book.git").as_uri(), "main", root=str(tmp_path / "content"),
+                                       cache_url="http://127.0.0.1:9/cache")
+    exec(compile(source, "colab-cell", "exec"), {"__name__": "__main__"})
+    assert [c[:2] for c in ran[2:]] == [[sys.executable, "-m"]] and os.environ["DSPARK_CACHE_URL"] == ""
+    assert "all trained here" in capsys.readouterr().out
+
+
+def test_outside_colab_the_cell_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert colab_cell(monkeypatch, tmp_path, (tmp_path / "missing.git").as_uri(), colab=False) == []
+    assert Path.cwd() == tmp_path and "DSPARK_CACHE_URL" not in os.environ
+
+
+def test_the_published_cache_address_is_the_repository_pages_site() -> None:
+    assert results.published_cache_url("https://github.com/DSpark-Book/dspark-book/") == \
+        "https://dspark-book.github.io/dspark-book/cache"
+    with pytest.raises(ValueError, match="github.com/<owner>/<name>"):
+        results.published_cache_url("https://gitlab.com/a/b")
+    source = results.colab_cell_source("https://github.com/someone/fork", "dev")
+    assert '"DSPARK_CACHE_URL", "https://someone.github.io/fork/cache"' in source
+    assert len(source.splitlines()) <= 30  # no code cell of the book runs past 30 lines
+
+
+def test_colab_cells_rewrites_only_first_cells_that_differ(tmp_path: Path) -> None:
+    from ci import colab_cells
+
+    source = results.colab_cell_source(*results.repository_setting())
+    old = {"cells": [{"cell_type": "code", "id": "ab12cd34", "metadata": {"tags": ["remove-cell"]}, "outputs": [],
+                      "execution_count": None, "source": ['import sys\n', 'if "google.colab" in sys.modules:\n', '    pass']},
+                     {"cell_type": "markdown", "id": "ef56ab78", "metadata": {}, "source": ["# Title"]}],
+           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "01_x.ipynb").write_text(json.dumps(old, indent=1) + "\n")
+    assert colab_cells.main(["--chapters", str(tmp_path)]) == 1
+    assert colab_cells.main(["--chapters", str(tmp_path), "--write"]) == 0
+    new = json.loads((tmp_path / "01_x.ipynb").read_text())
+    assert "".join(new["cells"][0]["source"]) == source and new["cells"][1] == old["cells"][1]
+    assert {k: v for k, v in new["cells"][0].items() if k != "source"} == \
+        {k: v for k, v in old["cells"][0].items() if k != "source"}
+    assert colab_cells.main(["--chapters", str(tmp_path)]) == 0
+    old["cells"][0]["source"] = ["print('not a Colab cell')"]
+    (tmp_path / "01_x.ipynb").write_text(json.dumps(old))
+    with pytest.raises(SystemExit, match="not a Colab cell"):
+        colab_cells.main(["--chapters", str(tmp_path)])
 
 
 # Modules a GPU machine without Jupyter lacks: importing any of them on the headless path fails.

@@ -280,11 +280,25 @@ def colab_launch_url(notebook: str, config_file: Path = CONFIG_FILE) -> str:
     return f"{colab.rstrip('/')}/github/{url.removeprefix('https://github.com/')}/blob/{branch}/{notebook}"
 
 
-def colab_cell_source(url: str, branch: str) -> str:
-    """The first cell of every chapter: on Colab only, clone the repository, install it
-    editable, and work inside the clone (so `data/` is there and results land in the clone's
-    `data/results/`). Nothing runs outside Colab."""
-    folder = f"{COLAB_ROOT}/{url.rsplit('/', 1)[1]}"
+def published_cache_url(url: str) -> str:
+    """Where the book workflow publishes the trained-artifact cache of the repository `url`
+    (https://github.com/<owner>/<name>): its GitHub Pages site's ``cache/`` folder,
+    https://<owner>.github.io/<name>/cache, beside the HTML."""
+    found = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", url.rstrip("/"))
+    if not found:
+        raise ValueError(f"expected a repository address https://github.com/<owner>/<name>, got {url!r}")
+    return f"https://{found.group(1).lower()}.github.io/{found.group(2)}/cache"
+
+
+def colab_cell_source(url: str, branch: str, root: str = COLAB_ROOT, cache_url: str | None = None) -> str:
+    """The first cell of every chapter: on Colab only, clone the repository `url` (branch `branch`)
+    into `root`, install it editable, and work inside the clone (so `data/` is there and results land
+    in the clone's `data/results/`); when the clone fails, stop with an error that says so and the
+    two ways forward. It then opts in to the published trained-artifact cache (`cache_url`, by
+    default `published_cache_url(url)`) unless $DSPARK_CACHE_URL is already set (empty: train
+    everything here). Plain Python (no `!` magics), so a test runs it. Nothing runs outside Colab."""
+    folder = f"{root.rstrip('/')}/{url.rstrip('/').rsplit('/', 1)[1].removesuffix('.git')}"
+    cache_url = published_cache_url(url) if cache_url is None else cache_url
     return (
         "# Colab only: clone the book's repository (`repository.url` in _config.yml, which the launch buttons use too),\n"
         "# install it editable and work inside the clone, so data/ is there and results land in its data/results/.\n"
@@ -292,12 +306,28 @@ def colab_cell_source(url: str, branch: str) -> str:
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
+        "    import importlib.util, subprocess\n"
         f'    REPOSITORY, BRANCH, CLONE = "{url}", "{branch}", "{folder}"\n'
         "    if not os.path.isdir(CLONE):\n"
-        "        !git clone --quiet --depth 1 --branch {BRANCH} {REPOSITORY} {CLONE}\n"
-        "        !pip install --quiet -e {CLONE}\n"
+        '        git = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", BRANCH, REPOSITORY, CLONE],\n'
+        '                             capture_output=True, text=True, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})\n'
+        "        if git.returncode != 0:\n"
+        "            raise RuntimeError(\n"
+        '                f"The book\'s repository {REPOSITORY} (branch {BRANCH}) cannot be cloned here; git said: "\n'
+        '                f"{git.stderr.strip() or git.returncode}\\nTwo ways forward:\\n"\n'
+        '                f"1. Put a copy of the book at {CLONE} (clone it from where you can reach it, or upload and "\n'
+        '                "unzip it), or set CLONE above to where it is, then run this cell again.\\n"\n'
+        '                "2. pip install dspark_lite from a copy you have (pip install <folder or wheel>), then skip "\n'
+        '                "this cell and run the ones below it.")\n'
+        '    if importlib.util.find_spec("dspark_lite") is None:\n'
+        '        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", CLONE], check=True)\n'
         "    sys.path.insert(0, CLONE)  # the editable install is seen by new kernels only\n"
-        '    os.chdir(os.path.join(CLONE, "chapters"))'
+        '    os.chdir(os.path.join(CLONE, "chapters"))\n'
+        "    # Trained models: fetched from the book's published cache when it has them for this code (each file\n"
+        "    # checked by sha256), trained here otherwise. Set DSPARK_CACHE_URL to \"\" before this cell to train all here.\n"
+        f'    CACHE_URL = os.environ.setdefault("DSPARK_CACHE_URL", "{cache_url}")\n'
+        '    print(f"Trained models: fetched from {CACHE_URL} when published there, else trained here." if CACHE_URL\n'
+        '          else "Trained models: all trained here (DSPARK_CACHE_URL is empty).")'
     )
 
 
