@@ -12,17 +12,26 @@ plotly.js) from its own `_static/vega/` (vendored from the npm registry by
 ci/vendor_widgets.sh with the same lock file as the widget manager; ci/kernel_setup.py points
 Altair there when the book is built). One code path: the numbers on screen are the rows below,
 and tests/test_interactive.py holds each row against the function the chapter calls.
+
+In a reader's running kernel a figure can also recompute: chapter 05's `ThresholdExplorer`
+(ipywidgets) calls the same `threshold_state` that `threshold_states` evaluates over the
+precomputed grid, on every move of its controls, so the live numbers and the book's figure
+cannot disagree (tests/test_live_widgets_ch05.py moves it). The book build shows only the
+precomputed figure (`live_kernel`).
 """
 from __future__ import annotations
 
-from typing import Sequence
+import html
+import os
+import time
+from typing import Any, Mapping, Sequence
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
 from ... import calibration, scheduler
-from ...record import Rounds
+from ...record import Rounds, sigmoid
 from ...stepcurve import StepCurve
 
 GREEN, RED, BLUE, GREY = "#31a354", "#de2d26", "#3182bd", "#888888"
@@ -44,33 +53,72 @@ def _near(field: str, param: str) -> str:
 # ---------------------------------------------------------------------------------------- chapter 05
 
 
-def threshold_states(records: Rounds, thresholds: Sequence[float]) -> pd.DataFrame:
-    """Every state of the threshold figure: per domain and threshold, `calibration.threshold_sweep`
-    on that domain's full blocks (accepted and rejected drafts per round, acceptance rate, tau,
-    tokens verified per round)."""
+CALIBRATED = ("raw", "STS")  # chapter 05's confidences: the head's own, and after Sequential Temperature Scaling
+
+
+def threshold_state(records: Rounds, threshold: float, calibrator: Any = None, gamma: int | None = None) -> pd.DataFrame:
+    """The threshold figure at one point, one row per domain: the blocks are cut before their first
+    c_k below `threshold` (`calibration.threshold_sweep` at that one threshold), where c_k are the
+    confidences of the full blocks of `records` (raw when `calibrator` is None, else the sigmoid of
+    `calibrator.transform(logits)`, a fitted calibrator such as STS) on the first `gamma` slots
+    (default: every slot; a block of gamma drafts accepts min(gamma, accepted) of them). The one
+    function both the precomputed figure (`threshold_states`) and the live controls
+    (`ThresholdExplorer`) call."""
     blocks = records.full_blocks()
-    confidences = blocks.confidences()
+    gamma = blocks.width if gamma is None else int(gamma)
+    if not 1 <= gamma <= blocks.width:
+        raise ValueError(f"gamma must be between 1 and the record's {blocks.width} drafted slots, got {gamma}")
+    logits = blocks.logits if calibrator is None else calibrator.transform(blocks.logits)
+    confidences = sigmoid(np.asarray(logits)[:, :gamma])
+    accepted = np.minimum(blocks.accepted, gamma)
     frames = []
     for domain in blocks.domains:
         rows = blocks.domain == domain
-        sweep = calibration.threshold_sweep(confidences[rows], blocks.accepted[rows], thresholds)
+        sweep = calibration.threshold_sweep(confidences[rows], accepted[rows], [float(threshold)])
         frames.append(sweep.reset_index().assign(domain=domain))
     return pd.concat(frames, ignore_index=True)
 
 
+def threshold_states(records: Rounds, thresholds: Sequence[float], calibrators: Mapping[str, Any] | None = None,
+                     gammas: Sequence[int] | None = None) -> pd.DataFrame:
+    """Every state of the threshold figure: `threshold_state` at each calibration (name ->
+    fitted calibrator, None for the raw head; default: the raw head only), gamma (default: the
+    record's full block only) and threshold, per domain: accepted and rejected drafts per round,
+    acceptance rate, tau and tokens verified per round, with columns "calibration" and "gamma"."""
+    calibrators = {"raw": None} if calibrators is None else dict(calibrators)
+    gammas = [records.full_blocks().width] if gammas is None else [int(g) for g in gammas]
+    frames = []
+    for name, calibrator in calibrators.items():
+        for gamma in gammas:
+            at = pd.concat([threshold_state(records, threshold, calibrator, gamma) for threshold in thresholds])
+            frames.append(at.sort_values(["domain", "threshold"], kind="mergesort").assign(calibration=name, gamma=gamma))
+    return pd.concat(frames, ignore_index=True)
+
+
 def threshold_chart(states: pd.DataFrame, domain: str | None = None, threshold: float | None = None) -> alt.VConcatChart:
-    """Figure 5 as a figure to explore: pick a domain and a static threshold; the
-    left panel shows accepted and rejected drafts per round at every threshold (the chosen one
-    solid) with the acceptance rate, the right one tau against the tokens verified per round with
-    the chosen threshold's point marked."""
+    """Figure 5 as a figure to explore: pick a domain, a static threshold and, where `states`
+    holds several, the confidences (raw or calibrated) and gamma; the left panel shows accepted
+    and rejected drafts per round at every threshold (the chosen one solid) with the acceptance
+    rate, the right one tau against the tokens verified per round with the chosen threshold's
+    point marked."""
     domains = sorted(states["domain"].unique())
     thresholds = sorted(states["threshold"].unique())
     pick_domain = alt.param(name="domain", value=domain or domains[-1],
                             bind=alt.binding_select(options=domains, name="domain "))
     pick = _slider("threshold", thresholds, threshold if threshold is not None else thresholds[len(thresholds) // 2],
                    "static threshold ")
+    picks, where, said = [pick_domain, pick], alt.datum.domain == pick_domain, "datum.domain"
     data = states.assign(rejected=states["rejected_per_round"], accepted=states["accepted_per_round"])
-    base = alt.Chart(data).transform_filter(alt.datum.domain == pick_domain)
+    names = list(pd.unique(states["calibration"])) if "calibration" in states else []
+    if len(names) > 1:
+        pick_cal = alt.param(name="calibration", value=names[0], bind=alt.binding_select(options=names,
+                                                                                         name="confidences "))
+        picks, where, said = picks + [pick_cal], where & (alt.datum.calibration == pick_cal), said + " + ', ' + datum.calibration"
+    gammas = sorted(int(g) for g in states["gamma"].unique()) if "gamma" in states else []
+    if len(gammas) > 1:
+        pick_gamma = _slider("gamma", gammas, gammas[-1], "gamma ")
+        picks, where, said = picks + [pick_gamma], where & (alt.datum.gamma == pick_gamma), said + " + ', gamma ' + datum.gamma"
+    base = alt.Chart(data).transform_filter(where)
     tooltip = [alt.Tooltip("threshold:Q", format=".2f"), alt.Tooltip("accepted_per_round:Q", format=".2f"),
                alt.Tooltip("rejected_per_round:Q", format=".2f"), alt.Tooltip("acceptance_rate:Q", format=".1%"),
                alt.Tooltip("tau:Q", format=".2f"), alt.Tooltip("verified_per_round:Q", format=".2f")]
@@ -87,7 +135,7 @@ def threshold_chart(states: pd.DataFrame, domain: str | None = None, threshold: 
     title = base.transform_filter(_near("threshold", "threshold")).mark_text(align="left", dx=3, fontSize=12).encode(
         x=alt.value(0), y=alt.value(-12),
         text=alt.Text("label:N")).transform_calculate(
-        label="datum.domain + ': threshold ' + format(datum.threshold, '.2f') + ', ' + (isValid(datum.acceptance_rate) "
+        label=f"{said} + ': threshold ' + format(datum.threshold, '.2f') + ', ' + (isValid(datum.acceptance_rate) "
               "? 'acceptance ' + format(datum.acceptance_rate, '.1%') : 'nothing drafted')")
     left = alt.layer(bars, rate, title).resolve_scale(y="independent").properties(width=330, height=220)
     curve = base.mark_line(point=True, color=BLUE).encode(
@@ -99,7 +147,96 @@ def threshold_chart(states: pd.DataFrame, domain: str | None = None, threshold: 
         x=alt.value(0), y=alt.value(-12), text="label:N").transform_calculate(
         label="'tau ' + format(datum.tau, '.2f') + ' for ' + format(datum.verified_per_round, '.2f') + ' verified tokens'")
     right = alt.layer(curve, point, label).properties(width=330, height=220)
-    return alt.vconcat(left, right).add_params(pick_domain, pick)  # stacked: each panel at the page's width
+    return alt.vconcat(left, right).add_params(*picks)  # stacked: each panel at the page's width
+
+
+def live_kernel() -> bool:
+    """Whether a reader's kernel runs this (JupyterLab, Colab, a workstation's Jupyter), so that
+    live controls can answer: ipywidgets importable, an IPython kernel, and not the book build's
+    headless kernel (ci/kernel_setup.py swaps tqdm's widget bar for its TextBar there, because a
+    static page cannot update a widget). DSPARK_LIVE_WIDGETS=1 or 0 overrides the guess."""
+    forced = os.environ.get("DSPARK_LIVE_WIDGETS")
+    if forced in ("0", "1"):
+        return forced == "1"
+    try:
+        import ipywidgets  # noqa: F401
+        import tqdm.auto
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return False
+    return tqdm.auto.tqdm.__name__ != "TextBar"
+
+
+class ThresholdExplorer:
+    """Live controls for the threshold figure (ipywidgets), recomputed in the kernel from the recorded rounds on
+    every move: the static threshold, the confidences (a name of `calibrators`: None for the raw
+    head, else a fitted calibrator) and gamma. Each move calls `threshold_state`, keeps its rows
+    in `state` and redraws `view` (one row per domain)."""
+
+    def __init__(self, records: Rounds, calibrators: Mapping[str, Any], threshold: float = 0.5,
+                 gamma: int | None = None, domain: str | None = None) -> None:
+        import ipywidgets as widgets
+
+        self.records, self.calibrators = records.full_blocks(), dict(calibrators)
+        if not self.calibrators:
+            raise ValueError("calibrators must name at least one set of confidences, e.g. {'raw': None}")
+        width = self.records.width
+        self.domain = domain
+        self.threshold = widgets.FloatSlider(value=float(threshold), min=0.0, max=1.0, step=0.01,
+                                             description="threshold", readout_format=".2f")
+        self.calibration = widgets.ToggleButtons(options=list(self.calibrators), description="confidences")
+        self.gamma = widgets.IntSlider(value=int(gamma or width), min=1, max=width, description="gamma")
+        self.view = widgets.HTML()
+        for control in (self.threshold, self.calibration, self.gamma):
+            control.observe(self._redraw, names="value")
+        self.box = widgets.VBox([widgets.HBox([self.threshold, self.gamma]), self.calibration, self.view])
+        self.state = pd.DataFrame()
+        self.seconds = 0.0  # how long the last recomputation took
+        self._redraw()
+
+    def _redraw(self, change: object = None) -> None:
+        start = time.perf_counter()
+        self.state = threshold_state(self.records, float(self.threshold.value),
+                                     self.calibrators[self.calibration.value], int(self.gamma.value))
+        self.view.value = self._html()
+        self.seconds = time.perf_counter() - start
+
+    def _html(self) -> str:
+        rows = []
+        for r in self.state.itertuples():
+            shown = "nothing drafted" if np.isnan(r.acceptance_rate) else f"{r.acceptance_rate:.1%}"
+            bar = "".join(f"<span style='display:inline-block;background:{color};height:0.8em;width:{40 * v:.0f}px'>"
+                          "</span>" for color, v in ((GREEN, r.accepted_per_round), (RED, r.rejected_per_round)))
+            bold = ("<b>", "</b>") if r.domain == self.domain else ("", "")
+            rows.append(f"<tr><td>{bold[0]}{html.escape(str(r.domain))}{bold[1]}</td><td>{r.accepted_per_round:.2f}</td>"
+                        f"<td>{r.rejected_per_round:.2f}</td><td>{shown}</td><td>{r.tau:.2f}</td>"
+                        f"<td>{r.verified_per_round:.2f}</td><td style='text-align:left'>{bar}</td></tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("domain", "accepted / round", "rejected / round", "share accepted",
+                                                  "tau", "verified / round", "drafts (green accepted, red rejected)"))
+        return (f"<p><b>Threshold {self.threshold.value:.2f} on the {html.escape(str(self.calibration.value))} "
+                f"confidences, gamma {self.gamma.value}</b>, computed now from {len(self.records)} recorded "
+                f"blocks:</p><table><tr>{head}</tr>{''.join(rows)}</table>")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.box)
+
+
+def show_threshold_explorer(records: Rounds, calibrators: Mapping[str, Any], threshold: float = 0.5,
+                            domain: str | None = None) -> ThresholdExplorer | None:
+    """The threshold figure's live controls, shown only in a reader's running kernel (`live_kernel`); the
+    book build and a headless run get None and show nothing (the precomputed figure stays)."""
+    if not live_kernel():
+        return None
+    from IPython.display import display
+
+    explorer = ThresholdExplorer(records, calibrators, threshold=threshold, domain=domain)
+    display(explorer.box)
+    return explorer
 
 
 # ---------------------------------------------------------------------------------------- chapter 02
