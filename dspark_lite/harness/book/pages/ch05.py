@@ -309,8 +309,8 @@ def save_chapter_result(profile: str, device: Any, *, gamma: int, tau: pd.DataFr
                         records: Rounds, raw: pd.DataFrame, raw_frozen: pd.DataFrame, comparison: pd.DataFrame,
                         sts: Any, ece_drop: float, auroc_shift: float, split_drops: pd.DataFrame, calibrators: Mapping[str, Any],
                         rates: pd.DataFrame, monotone: Mapping[str, bool], rise: pd.Series, gains_most: str,
-                        seeds: Sequence[int], by_seed: pd.DataFrame, histories: tuple[Any, Any], start: float) -> dict:
-    """Writes the chapter's result file (`confidence`) and says the chapter's run time; returns the result."""
+                        seeds: Sequence[int], by_seed: pd.DataFrame, histories: tuple[Any, Any], start: float) -> None:
+    """Writes the chapter's result file (`confidence`) and says the chapter's run time."""
     best = comparison["mean ECE of a_k"].idxmin()
     result = {
         "gamma": gamma,
@@ -341,7 +341,6 @@ def save_chapter_result(profile: str, device: Any, *, gamma: int, tau: pd.DataFr
     }
     save_result("confidence", result, profile, device=str(device))
     say(f"Chapter run time: {result['chapter_seconds'] / 60:.1f} min.")
-    return result
 
 
 def verdict_rows(raw: pd.DataFrame, ece_of: pd.Series, ece_drop: float, split_drops: pd.DataFrame, resplits: int,
