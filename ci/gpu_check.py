@@ -4,31 +4,38 @@
     python ci/gpu_check.py --out /tmp/gpu_check_dry --device cpu     # the dry run, on a CPU
     python3 ci/gpu_check.py --check-wheels .gpu-wheels               # `make gpu-wheels` calls this
 
-The steps, in order; each is timed and recorded in OUT/gpu_check.json whatever became of the others:
+`--device cuda` is run as cuda:LOCAL_RANK (cuda:0 outside torchrun): torch.cuda.set_device refuses
+a CUDA device without an index. The steps, most valuable first; each is timed and recorded in
+OUT/gpu_check.json (rewritten after every step) whatever became of the others:
 
-1. install: the packages of ci/gpu_wheels.txt that are not installed, from the wheel folder that
-   `make gpu-wheels` builds (`--wheels`), with pip and no index; skipped when all are there;
+1. versions: the machine's package versions, printed and recorded before anything is installed;
 2. device: what torch sees (device name, memory, versions), in a child process;
-3. smoke: chapters 01_toy_world to 06b_serving (in `_toc.yml` order) at the smoke profile with
+3. chapter 07 costs-first (`python -m dspark_lite.harness.gpu.costs_first`, torch and transformers
+   only): with random weights of Qwen3-4B's shape, the cost table SPS(B) at R = 1..64, target-only
+   tokens/s, draft, verify and overhead ms per round of Eagle3, DFlash and DSpark, peak memory
+   against the estimate, and Eq. 1's projected speed-ups from the paper's tau. It writes its results
+   file after every part, so a stop at its deadline keeps what finished; the file is also copied to
+   OUT itself. On a CPU it runs the same path with every width shrunk (CPU numbers);
+4. install: the packages of ci/gpu_wheels.txt that the machine lacks, from the wheel folder that
+   `make gpu-wheels` builds (`--wheels`), with pip, no index and `--target` into a scratch folder put
+   on the later steps' PYTHONPATH: the machine's own environment is never changed;
+5. smoke: chapters 01_toy_world to 06b_serving (in `_toc.yml` order) at the smoke profile with
    DEVICE injected, one `ci/run_notebooks.py` call each, into OUT's files/smoke/;
-4. chapter 07 headless (`python -m dspark_lite.harness.gpu`): random weights on a GPU (the cost
-   table SPS(B), draft and verify time per round, peak memory), tiny random models on a CPU (where
-   random Qwen3-4B weights are refused); its results file goes to files/results/ under the name
-   chapter 07 gives it;
-5. full: chapters 01 and 03 at the full profile, timed, for as long as the budget lasts.
+6. full: chapters 01 and 03 at the full profile, timed, for as long as the budget lasts.
 
 The budget (`--budget`, default 480 s) bounds the whole command. Every step runs in a child
-process with a deadline: a smoke chapter may not eat the time kept for chapter 07, and a step that
-cannot start with enough time left is skipped with the reason. A step that reaches its deadline
-gets Ctrl-C (the runner then saves the partly executed notebook), then is killed with its children.
+process with a deadline: chapter 07's step has its own cap (`CH07_CAP`), and a step that cannot
+start with enough time left is skipped with the reason. A step that reaches its deadline gets
+Ctrl-C (the runner then saves the partly executed notebook), then is killed with its children.
 A full chapter stopped so is recorded as "stopped" with its time: a GPU reader waits longer.
 
-A borrowed machine sends back only a few files, so OUT ends with three: gpu_check.json (the
+A borrowed machine sends back only a few files, so OUT ends with four: gpu_check.json (the
 summary: versions, device, every step's status and wall time, chapter 07's main numbers),
-gpu_check.log (this command's own lines) and gpu_check_files.tar.gz (files/: every step's log,
-the executed notebooks, status.json and the results files). `--no-pack` leaves files/ unpacked.
-The exit status is 0 when every required step succeeded (the full chapters are optional), 1
-otherwise, 2 for bad arguments.
+gpu_check.log (this command's own lines), chapter 07's costs file (qwen3_4b_<gpu>_costs.json, to
+commit under data/results/) and gpu_check_files.tar.gz (files/: every step's log, the executed
+notebooks, status.json and the results files). `--no-pack` leaves files/ unpacked.
+The exit status is 0 when no step failed and the required ones (device, chapter 07) succeeded,
+1 otherwise, 2 for bad arguments.
 """
 from __future__ import annotations
 
@@ -44,6 +51,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -65,14 +73,12 @@ SUMMARY, LOG, ARCHIVE, FILES = "gpu_check.json", "gpu_check.log", "gpu_check_fil
 OPTIONAL_MODULES = {
     "myst_nb": "dspark_lite.harness.book.results.glue returns quietly without it; the check renders no HTML",
 }
-# Chapter 07's run per device: (mode, prompts per benchmark, new tokens per prompt). Random weights
-# accept almost nothing, so a round yields about one token: one prompt a benchmark at 128 tokens
-# times hundreds of rounds per drafter, enough for the per-round phase times.
-CH07_RUN = {"cuda": ("random-weights", 1, 128), "cpu": ("smoke", 1, 40)}
+# Chapter 07's costs-first step: (its deadline, the budget it is told to keep within) per device.
+# On an H100 it needs about two minutes (chapters/93_gpu_protocol.md, the budget table).
+CH07_CAP = {"cuda": (210.0, 170.0), "cpu": (120.0, 80.0)}
 # The budget, in seconds.
 FINISH_RESERVE = 20.0  # writing the summary and packing the files
 GRACE = 10.0  # between Ctrl-C and the kill, for a step at its deadline
-CH07_RESERVE = 150.0  # kept for chapter 07 while the smoke chapters run
 MIN_SECONDS = {"install": 10.0, "device": 10.0, "smoke": 20.0, "ch07": 60.0, "full": 90.0}
 MIN_BUDGET = 60.0
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -357,6 +363,7 @@ try:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("torch.cuda.is_available() is False: no usable CUDA device")
+        torch.cuda.set_device(device)  # refuses a device without an index: the check passes cuda:N
         props = torch.cuda.get_device_properties(device)
         free, total = torch.cuda.mem_get_info(device)
         info.update(name=props.name, memory_gib=round(total / 2**30, 1), free_gib=round(free / 2**30, 1),
@@ -368,12 +375,23 @@ try:
     else:
         from dspark_lite.harness.result_files import cpu_name
         info["name"] = cpu_name()
-    from dspark_lite.harness.gpu.preflight import results_file
-    info["ch07_results_name"] = results_file(sys.argv[2], device).name
+    from dspark_lite.harness.gpu.costs_first import results_name
+    info["ch07_results_name"] = results_name(device)
 except Exception as error:
     info["error"] = f"{type(error).__name__}: {error}"
 print("PROBE " + json.dumps(info))
 """
+
+
+def child_device(requested: str) -> str:
+    """The device the steps get: "cuda" becomes cuda:LOCAL_RANK (cuda:0 outside torchrun), since
+    `torch.device("cuda")` has no index and `torch.cuda.set_device` refuses it; "cpu" stays."""
+    if requested == "cuda":
+        rank = os.environ.get("LOCAL_RANK", "0").strip() or "0"
+        if not rank.isdigit():
+            raise SetupProblem(f"LOCAL_RANK={rank!r}; expected a whole number >= 0")
+        return f"cuda:{int(rank)}"
+    return requested
 
 
 def smoke_chapters(names: list[str]) -> list[str]:
@@ -386,7 +404,8 @@ def smoke_chapters(names: list[str]) -> list[str]:
 
 
 def versions() -> dict[str, str | None]:
-    """Installed versions of the packages the check relies on (None: not installed)."""
+    """Installed versions of the packages the check relies on (None: not installed), read from the
+    packages' metadata without importing them."""
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in VERSIONS_OF:
         try:
@@ -396,17 +415,30 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def ch07_highlights(path: Path) -> dict[str, Any]:
-    """Chapter 07's main numbers from its results file: draft and verify ms per round, peak memory,
-    the race's tokens/s, which concurrencies the cost table SPS(B) covers, the run's seconds."""
+def installed_in(folder: Path) -> dict[str, str]:
+    """{canonical name: version} of the distributions pip installed into `folder` (`--target`)."""
+    return {canonical(d.metadata["Name"]): d.version for d in metadata.distributions(path=[str(folder)])
+            if d.metadata["Name"]}
+
+
+def costs_highlights(path: Path) -> dict[str, Any]:
+    """Chapter 07's main numbers from its costs-first results file, whatever parts it finished:
+    where it was measured, target-only tokens/s, draft/verify/overhead ms per round per drafter,
+    peak memory against the estimate, the macro projected speed-ups, the concurrencies of the cost
+    table, and what was skipped."""
     results = json.loads(path.read_text()).get("results", {})
-    env = results.get("environment", {})
-    return {"mode": env.get("mode"), "gpu": env.get("gpu"), "dtype": env.get("dtype"),
-            "engine_overheads": results.get("engine_overheads"), "peak_memory_gib": results.get("peak_memory_gib"),
-            "wall_clock_tokens_per_s": results.get("wall_clock_tokens_per_s"),
-            "cost_table_concurrencies": sorted(results.get("step_curves", {}), key=lambda r: float(r)),
-            "cost_table_skipped_for_memory": results.get("step_curves_skipped_for_memory"),
-            "seconds": (results.get("headless") or {}).get("seconds")}
+    drafters = {kind: {phase: d[f"{phase}_ms_per_round"]["median"] for phase in ("draft", "verify", "overhead")}
+                for kind, d in (results.get("drafters") or {}).items()}
+    memory = results.get("memory") or {}
+    return {"measured_where": results.get("measured_where"), "gpu": results.get("gpu"), "dtype": results.get("dtype"),
+            "parts_done": results.get("parts_done", []), "skipped": results.get("skipped", {}),
+            "target_only_tokens_per_s": (results.get("target_only") or {}).get("tokens_per_s", {}).get("median"),
+            "ms_per_round": drafters, "peak_memory_gib": memory.get("peak_gib"),
+            "memory_estimate_gib": memory.get("estimate_total_gib"),
+            "projected_speedup_macro": {row["drafter"]: row["speed-up (Eq. 1)"] for row in results.get("projection", [])
+                                        if row.get("domain") == "macro"},
+            "cost_table_concurrencies": sorted(results.get("cost_table", {}), key=lambda r: float(r)),
+            "seconds": results.get("seconds")}
 
 
 class Check:
@@ -417,11 +449,13 @@ class Check:
         self.budget = Budget(float(args.budget))
         self.out: Path = args.out
         self.files = self.out / FILES
+        self.device = child_device(args.device)
         self.steps: list[Step] = []
+        self.site: Path | None = None  # the scratch folder the wheels go into (`--target`)
         self.summary: dict[str, Any] = {
             "command": "python ci/gpu_check.py " + shlex.join(sys.argv[1:]),
             "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "budget_s": args.budget, "device_requested": args.device,
+            "budget_s": args.budget, "device_requested": args.device, "device": self.device,
             "host": {"platform": platform.platform(), "cpus": os.cpu_count(),
                      "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
             "steps": []}
@@ -455,14 +489,17 @@ class Check:
     def echo(self, prefix: str) -> Callable[[str], None]:
         return lambda line: print(f"  {prefix}| {line}", flush=True)
 
-    def run_step(self, step: Step, cmd: list[str], need: float, keep: float = 0.0) -> tuple[int, Path] | None:
-        """Run one step's command within the budget, its output in files/logs/<step>.log; None
-        when the budget cannot fit it (the step is then marked skipped, with the reason)."""
+    def run_step(self, step: Step, cmd: list[str], need: float, keep: float = 0.0,
+                 cap: float | None = None) -> tuple[int, Path] | None:
+        """Run one step's command within the budget (and at most `cap` seconds), its output in
+        files/logs/<step>.log; None when the budget cannot fit it (the step is then marked skipped,
+        with the reason)."""
         deadline, why = self.budget.plan(need, keep)
         if deadline is None:
             step.status, step.detail = "skipped", why
             self.say(f"== {step.name}: skipped: {why}")
             return None
+        deadline = deadline if cap is None else min(deadline, cap)
         log = self.files / "logs" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", step.name) + ".log")
         step.files.append(self.rel(log))
         self.say(f"== {step.name} (at most {deadline:.0f} s; {self.budget.elapsed():.0f} s into the check)")
@@ -481,50 +518,17 @@ class Check:
 
     # ------------------------------------------------------------------ the steps
 
-    def install(self) -> None:
-        """Step 1: the missing packages from the wheel folder, with no index."""
-        step = Step("install")
-        missing = missing_packages(self.pins)
-        if not missing:
-            step.status, step.seconds = "ok", 0.0
-            step.detail = f"all {len(self.pins)} packages of ci/gpu_wheels.txt already installed; nothing to install"
-            self.say(f"== install: {step.detail}")
-            self.record(step)
-            return
-        self.say(f"== install: {len(missing)} of {len(self.pins)} packages missing ({', '.join(missing[:8])}"
-                 f"{' ...' if len(missing) > 8 else ''}); installing from {self.args.wheels} with no index")
-        pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(self.args.wheels),
-               "--no-cache-dir", "--disable-pip-version-check", "-r", str(WHEEL_LIST)]
-        started = time.monotonic()
-        done = self.run_step(step, pip, MIN_SECONDS["install"])
-        notes = []
-        if done is not None and step.status == "failed":
-            # The image's own version of a package may not satisfy a wheel's requirement: install the
-            # wheels as they are, and let `pip check` below say what does not match.
-            notes.append("the resolving install failed (see install.log); installed with --no-deps instead")
-            self.say(f"   {notes[-1]}")
-            sub = Step("install-no-deps")
-            self.run_step(sub, pip + ["--no-deps"], MIN_SECONDS["install"])
-            step.files += sub.files
-        check = Step("pip-check")
-        if self.run_step(check, [sys.executable, "-m", "pip", "check", "--disable-pip-version-check"],
-                         5.0) is not None and check.status != "ok":
-            notes.append("pip check reports unmet requirements (logs/pip-check.log); a mismatch with the image's own "
-                         "versions shows up there")
-        step.files += check.files
-        still = missing_packages(self.pins)
-        step.seconds = step.wall_seconds = round(time.monotonic() - started, 1)
-        step.status = "ok" if not still else "failed"
-        step.detail = "; ".join([f"installed {len(missing) - len(still)} of {len(missing)} missing packages"]
-                                + ([f"still missing: {', '.join(still)}"] if still else []) + notes)
-        self.say(f"   install: {step.status}: {step.detail}")
-        self.record(step)
+    def show_versions(self) -> None:
+        """Step 1: the machine's versions, printed and recorded before anything is installed."""
+        found = versions()
+        self.summary["versions"] = found
+        self.say("versions before any install: " + ", ".join(f"{k} {v or '-'}" for k, v in found.items()))
+        self.write_summary()
 
-    def device(self) -> dict[str, Any]:
+    def device_probe(self) -> dict[str, Any]:
         """Step 2: what torch sees; returns the probe's findings."""
         step = Step("device")
-        mode = CH07_RUN[self.args.device][0]
-        done = self.run_step(step, [sys.executable, "-c", PROBE, self.args.device, mode], MIN_SECONDS["device"])
+        done = self.run_step(step, [sys.executable, "-c", PROBE, self.device], MIN_SECONDS["device"])
         info: dict[str, Any] = {}
         if done is not None:
             lines = [l for l in done[1].read_text().splitlines() if l.startswith("PROBE ")]
@@ -535,17 +539,94 @@ class Check:
                 memory = f", {info['memory_gib']} GiB ({info['free_gib']} free)" if "memory_gib" in info else ""
                 step.detail = (f"{info.get('name')}{memory}; torch {info.get('torch')} "
                                f"(CUDA {info.get('cuda_build')}), transformers {info.get('transformers')}")
-        self.summary["device"] = info
+        self.summary["device_probe"] = info
         self.say(f"   device: {step.status}: {step.detail}")
         self.record(step)
         return info
+
+    def chapter07(self, info: dict[str, Any]) -> None:
+        """Step 3: chapter 07's costs-first measurement; its results file is read even when the step
+        stopped at its deadline (it holds every part that finished) and copied to OUT."""
+        step = Step("ch07 costs-first")
+        name = info.get("ch07_results_name") or f"qwen3_4b_{self.args.device}_costs.json"
+        path = self.files / "results" / name
+        cap, inner = CH07_CAP[self.args.device]
+        cmd = [sys.executable, "-m", "dspark_lite.harness.gpu.costs_first", "--device", self.device, "--out",
+               str(path), "--budget", str(inner)]
+        done = self.run_step(step, cmd, MIN_SECONDS["ch07"], cap=cap)
+        if done is not None and path.exists():
+            step.files.append(self.rel(path))
+            try:
+                found = costs_highlights(path)
+            except (ValueError, OSError, KeyError, TypeError) as error:
+                step.status, step.detail = "failed", f"unreadable results file: {error}"
+            else:
+                self.summary["chapter07"] = {"results_file": name, **found}
+                shutil.copy2(path, self.out / name)
+                parts = f"parts done: {', '.join(found['parts_done'])}"
+                if step.status == "ok":
+                    peak = found.get("peak_memory_gib")
+                    step.detail = parts + (f"; peak GPU memory {peak:.2f} GiB" if peak is not None else "")
+                else:
+                    step.detail = f"{step.detail.splitlines()[0]}; {parts}"
+        elif done is not None and step.status == "ok":
+            step.status, step.detail = "failed", f"exit status 0 but no results file {name}"
+        self.say(f"   {step.name}: {step.status}: {step.detail.splitlines()[0] if step.detail else ''}")
+        self.record(step)
+
+    def install(self) -> bool:
+        """Step 4: the missing packages from the wheel folder, with no index, `--no-deps` (the list
+        holds every requirement the image lacks) and `--target` into a scratch folder that the later
+        steps find on PYTHONPATH. Returns whether every pinned package is then importable."""
+        step = Step("install", required=False)
+        missing = missing_packages(self.pins)
+        if not missing:
+            step.status, step.seconds = "ok", 0.0
+            step.detail = f"all {len(self.pins)} packages of ci/gpu_wheels.txt already installed; nothing to install"
+            self.say(f"== install: {step.detail}")
+            self.record(step)
+            return True
+        try:
+            check_install_source(missing, self.args.wheels, self.pins)
+        except SetupProblem as problem:
+            step.status, step.detail = "skipped", str(problem)
+            self.say(f"== install: skipped: {problem}")
+            self.record(step)
+            return False
+        self.site = Path(tempfile.mkdtemp(prefix="gpu_check_site_"))
+        self.say(f"== install: {len(missing)} of {len(self.pins)} packages missing ({', '.join(missing[:8])}"
+                 f"{' ...' if len(missing) > 8 else ''}); into a scratch folder with --target, no index")
+        pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(self.args.wheels),
+               "--no-cache-dir", "--disable-pip-version-check", "--no-deps", "--target", str(self.site)]
+        started = time.monotonic()
+        self.run_step(step, pip + [f"{name}=={self.pins[name]}" for name in missing], MIN_SECONDS["install"])
+        self.env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(self.site)] + [
+            p for p in self.env["PYTHONPATH"].split(os.pathsep) if p and p != str(REPO)])
+        check = Step("pip-check", required=False)
+        notes = []
+        if self.run_step(check, [sys.executable, "-m", "pip", "check", "--disable-pip-version-check"],
+                         5.0) is not None and check.status != "ok":
+            notes.append("pip check reports unmet requirements (logs/pip-check.log); a mismatch with the image's own "
+                         "versions shows up there")
+        step.files += check.files
+        got = installed_in(self.site)
+        still = [name for name in missing if name not in got]
+        self.summary["installed"] = got
+        step.seconds = step.wall_seconds = round(time.monotonic() - started, 1)
+        step.status = "ok" if not still else "failed"
+        step.detail = "; ".join([f"installed {len(missing) - len(still)} of {len(missing)} missing packages into a "
+                                 "scratch folder on PYTHONPATH"] + ([f"still missing: {', '.join(still)}"] if still else [])
+                                + notes)
+        self.say(f"   install: {step.status}: {step.detail}")
+        self.record(step)
+        return not still
 
     def notebook(self, name: str, profile: str, need: float, keep: float, required: bool) -> Step:
         """One chapter through the book's runner (`ci/run_notebooks.py`) with DEVICE injected."""
         step = Step(f"{profile} {name}", required=required)
         folder = self.files / profile
         cmd = [sys.executable, str(REPO / "ci" / "run_notebooks.py"), "--profile", profile, "--device",
-               self.args.device, "--out", str(folder), "--results", str(folder / "results"), "--only", name]
+               self.device, "--out", str(folder), "--results", str(folder / "results"), "--only", name]
         done = self.run_step(step, cmd, need, keep)
         if done is None:
             return self.record(step)
@@ -565,43 +646,25 @@ class Check:
         self.say(f"   {step.name}: {step.status}: {step.detail.splitlines()[0] if step.detail else ''}")
         return self.record(step)
 
-    def chapter07(self, info: dict[str, Any]) -> None:
-        """Step 4: chapter 07's headless measurement; its main numbers go into the summary."""
-        mode, prompts, tokens = CH07_RUN[self.args.device]
-        step = Step(f"ch07 {mode}")
-        name = info.get("ch07_results_name") or f"qwen3_4b_{mode.replace('-', '_')}.json"
-        path = self.files / "results" / name
-        cmd = [sys.executable, "-m", "dspark_lite.harness.gpu", "--mode", mode, "--device", self.args.device,
-               "--prompts", str(prompts), "--new-tokens", str(tokens), "--out", str(path)]
-        done = self.run_step(step, cmd, MIN_SECONDS["ch07"])
-        if done is not None and path.exists():
-            step.files.append(self.rel(path))
-            try:
-                self.summary["chapter07"] = {"results_file": self.rel(path), **ch07_highlights(path)}
-            except (ValueError, OSError) as error:
-                step.status, step.detail = "failed", f"unreadable results file: {error}"
-            if step.status == "ok":
-                peak = self.summary["chapter07"].get("peak_memory_gib")
-                step.detail = name + (f"; peak GPU memory {peak:.2f} GiB" if peak is not None else "")
-        elif done is not None and step.status == "ok":
-            step.status, step.detail = "failed", f"exit status 0 but no results file {name}"
-        self.say(f"   {step.name}: {step.status}: {step.detail.splitlines()[0] if step.detail else ''}")
-        self.record(step)
-
     def run(self) -> int:
-        """All steps in order; returns the exit status."""
+        """All steps in order, most valuable first; returns the exit status."""
         from ci.toc import toc_notebooks
 
-        self.say(f"GPU check: device {self.args.device}, budget {self.args.budget:.0f} s, out {self.out}")
-        self.install()
-        self.summary["versions"] = versions()
-        self.write_summary()
-        info = self.device()
-        for name in smoke_chapters([nb.stem for nb in toc_notebooks(REPO)]):
-            self.notebook(name, "smoke", MIN_SECONDS["smoke"], CH07_RESERVE, required=True)
+        self.say(f"GPU check: device {self.args.device} (as {self.device}), budget {self.args.budget:.0f} s, "
+                 f"out {self.out}")
+        self.show_versions()
+        info = self.device_probe()
         self.chapter07(info)
+        ready = self.install()
+        for name in smoke_chapters([nb.stem for nb in toc_notebooks(REPO)]):
+            if ready:
+                self.notebook(name, "smoke", MIN_SECONDS["smoke"], 0.0, required=False)
+            else:
+                self.record(Step(f"smoke {name}", required=False, status="skipped",
+                                 detail="the packages of ci/gpu_wheels.txt are not all installed (see install)"))
         for name in FULL_CHAPTERS:
-            self.notebook(name, "full", MIN_SECONDS["full"], 0.0, required=False)
+            if ready:
+                self.notebook(name, "full", MIN_SECONDS["full"], 0.0, required=False)
         return self.finish()
 
     def finish(self) -> int:
@@ -613,6 +676,8 @@ class Check:
             self.summary["archive"] = {"file": ARCHIVE, "mib": round((self.out / ARCHIVE).stat().st_size / 2**20, 2),
                                        "holds": sorted(self.rel(p) for p in self.files.rglob("*") if p.is_file())}
             shutil.rmtree(self.files)
+        if self.site is not None:
+            shutil.rmtree(self.site, ignore_errors=True)
         self.write_summary()
         self.say("")
         self.say(f"{'step':<30}{'status':<9}{'seconds':>9}  note")
@@ -669,13 +734,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu-wheels: {problem}", file=sys.stderr)
         return 1 if problems else 0
     try:
-        check_install_source(missing_packages(pins), args.wheels, pins)
+        child_device(args.device)
     except SetupProblem as problem:
         print(f"ci/gpu_check.py: {problem}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    for stale in (SUMMARY, LOG, ARCHIVE):
-        (args.out / stale).unlink(missing_ok=True)
+    for stale in [args.out / SUMMARY, args.out / LOG, args.out / ARCHIVE, *args.out.glob("qwen3_4b_*_costs.json")]:
+        stale.unlink(missing_ok=True)
     shutil.rmtree(args.out / FILES, ignore_errors=True)
     say = Console(args.out / LOG)
     check = Check(args, pins, say)

@@ -53,7 +53,8 @@ from .measure import (
     shard,
 )
 from .memory import peak_memory_gib, profile_costs, wall_clock
-from .preflight import check_setup, environment, result_path, save_results
+from .devices import launch_device
+from .preflight import SetupError, check_setup, environment, result_path, save_results
 
 
 def measure_part(world: World, prompts: Mapping[str, Sequence[str]], study: GpuStudy, seed: int, rank: int = 0,
@@ -113,7 +114,8 @@ def analyze(world: World, runs: Mapping[str, Mapping[str, BenchmarkRun]], study:
     "subset" (with the run's sizes and how it differs from the protocol) for real weights on
     DeepSpec's prompts at other sizes, else under "tau_not_table1"; the paper's Table 1 beside the
     first two; Figure 2's curves, the threshold sweep and STS, engine overheads per round, the
-    wall-clock race, SPS(B) and the simulator, peak memory."""
+    wall-clock race, SPS(B), the simulator (real weights only: with random weights it would replay
+    meaningless acceptance), peak memory."""
     counts = {n: len(p) for n, p in prompts.items()}
     protocol = run_protocol(world.mode, prompt_source, counts, study.new_tokens, study.temperature, study.gamma)
     tau = {kind: {name: run.acceptance.tau for name, run in by_bench.items()} for kind, by_bench in runs.items()}
@@ -151,7 +153,7 @@ def analyze(world: World, runs: Mapping[str, Mapping[str, BenchmarkRun]], study:
         curves, skipped = profile_costs(world, study, seed)
         payload["step_curves"] = {str(R): c.to_dict() for R, c in curves.items()}
         payload["step_curves_skipped_for_memory"] = skipped
-        if cal is not None:
+        if cal is not None and world.mode == "real":  # random weights' acceptance would make them meaningless
             dense = {R: c.dense() for R, c in curves.items()}
             aggregate, _ = simulator.replayed_sweep(cal.test_records, ["dspark", "fixed", "mtp1", "threshold"], dense,
                                                   sorted(curves), max(1, study.sim_steps // study.sim_replays),
@@ -287,11 +289,11 @@ def main(argv: Sequence[str] | None = None) -> Path | None:
     """Run the GPU measurement headless; returns the results file on rank 0. Every
     setting is checked (`check_setup`) before anything is downloaded or loaded."""
     args = parse_args(argv)
-    rank, world_size, local_rank = _launch()
-    if args.device == "auto":
-        device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    else:
-        device = torch.device(args.device)
+    rank, world_size, _ = _launch()
+    try:
+        device = launch_device(args.device)  # "cuda" gets its index: torch.cuda.set_device refuses none
+    except ValueError as error:
+        raise SetupError(f"{error}. Set --device") from None
     defaults = HEADLESS_DEFAULTS[args.mode]
     count = defaults["prompts"] if args.prompts < 0 else (args.prompts or None)
     study = get_profile(args.profile).gpu if device.type == "cuda" else get_profile("smoke").gpu

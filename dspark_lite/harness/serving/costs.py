@@ -11,6 +11,8 @@ requests, each on a cached context) go through the target in one forward;
 where it was measured. `profile_step_curves` measures one table per concurrency R (B from R
 to R(gamma + 1), over exactly R requests), because on a CPU a step's time depends on how many
 requests' contexts it attends to, not only on B; `simulator.curve_at` picks the table for an R.
+`load_gpu_cost_table` reads the tables chapter 07 measured on a GPU at Qwen3-4B's shape, when
+one is committed.
 """
 from __future__ import annotations
 
@@ -312,3 +314,40 @@ def load_step_curve(path: str | Path) -> StepCurve:
         return StepCurve.from_dict(data)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{path} is not a valid step curve: {error}") from None
+
+
+# ========================================================================== a GPU's measured table (chapter 07)
+
+GPU_COST_FILES = "qwen3_4b_*_costs.json"  # chapter 07's costs-first results (harness/gpu/costs_first.py)
+
+
+def load_gpu_cost_table(folder: str | Path | None = None) -> dict[int, StepCurve] | None:
+    """The SPS(B) tables that chapter 07's costs-first run measured on a GPU with Qwen3-4B's shape, as
+    the simulator takes them: {R: dense StepCurve} (`StepCurve.dense`), each curve's meta naming the
+    GPU, its dtype and the file. Reads the committed results files `qwen3_4b_<gpu>_costs.json` in
+    `folder` (default data/results/), skipping CPU dry runs; of several GPU files, the newest measured.
+    None when no GPU has measured one. ValueError for a file that is not such a results file."""
+    from ..result_files import committed_results_dir
+
+    folder = committed_results_dir() if folder is None else Path(folder)
+    found = []
+    for path in sorted(folder.glob(GPU_COST_FILES)) if folder.is_dir() else []:
+        path, data = _read_json_object(path, "chapter 07's costs-first results", "python -m "
+                                       "dspark_lite.harness.gpu.costs_first writes them")
+        results = data.get("results")
+        if not isinstance(results, dict) or not isinstance(results.get("cost_table"), dict):
+            raise ValueError(f"{path} holds no results.cost_table; expected chapter 07's costs-first results file")
+        if not str(results.get("device", "")).startswith("cuda") or not results["cost_table"]:
+            continue
+        found.append((str(data.get("provenance", {}).get("date", "")), path.name, results))
+    if not found:
+        return None
+    _, name, results = max(found)
+    try:
+        return {int(R): StepCurve.from_dict({**entry["curve"], "meta": {
+                    **entry["curve"].get("meta", {}), "gpu": results.get("gpu"), "dtype": results.get("dtype"),
+                    "file": name}}).dense()
+                for R, entry in sorted(results["cost_table"].items(), key=lambda item: int(item[0]))}
+    except (AttributeError, TypeError, KeyError, ValueError) as error:
+        raise ValueError(f"{name}: its cost table is not a set of step curves ({error}); expected "
+                         "{\"R\": {\"curve\": step curve}} as costs_first writes it") from None
