@@ -113,6 +113,11 @@ def test_a_published_artifact_is_fetched_into_an_empty_cache_without_building(
     assert not list(empty.glob(".fetch-*"))
     asked = [p for p in site.asked if p.endswith(".tar.gz")]
     assert asked == [f"/cache/{folder.name}.tar.gz"]  # once: contains fetched it, load_or_build loaded it
+    (folder / "weights.bin").write_bytes(b"corrupted here")  # a local copy that fails its manifest is fetched again
+    with pytest.warns(UserWarning, match="unusable .*fetching it again"):
+        assert cache.contains("demo", CONFIG, root=empty)
+    assert cache.load_or_build("demo", CONFIG, builder, load, root=empty)[0] == b"trained weights"
+    assert builder.calls == 0 and len([p for p in site.asked if p.endswith(".tar.gz")]) == 2
 
 
 def retar(archive: Path, change: dict[str, bytes]) -> None:
@@ -220,6 +225,8 @@ def test_a_fresh_folder_with_the_cache_served_starts_without_training(
     with torch.no_grad():
         assert torch.equal(world.target(input_ids=ids[None]).logits, built.target(input_ids=ids[None]).logits)
     assert world.target_dir.parent == fresh / "cache"
+    fetched = {p.removeprefix("/cache/").removesuffix(".tar.gz") for p in site.asked if p.endswith(".tar.gz")}
+    assert world.target_dir.name in fetched and {name.rpartition("-")[0] for name in fetched} == {"corpus", "tokenizer", "target"}
 
 
 def test_the_book_workflow_publishes_the_cache_where_the_colab_cell_looks(tmp_path: Path,

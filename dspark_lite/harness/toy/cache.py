@@ -137,13 +137,14 @@ def contains(kind: str, config: dict[str, Any], root: Path | None = None) -> boo
     if published_url() is None:
         return False
     with exclusive(folder):
-        if not folder.exists():  # (another process may have built or fetched it meanwhile)
-            fetch_published(folder)
-        try:
-            verify_manifest(folder)
-        except CorruptArtifact:
-            return False
-    return True
+        if folder.exists():  # another process built or fetched it meanwhile, or it is corrupt here
+            try:
+                verify_manifest(folder)
+                return True
+            except CorruptArtifact as exc:
+                warnings.warn(f"cached {kind} at {folder} is unusable ({exc}); fetching it again", stacklevel=2)
+                shutil.rmtree(folder)
+        return fetch_published(folder)
 
 
 def work_folder(kind: str, config: dict[str, Any], root: Path | None = None) -> Path:
