@@ -23,7 +23,7 @@ def headline_table(found: dict[str, dict[str, Any]]) -> "Any":
 
 
 def entropy_figure(found: dict[str, dict[str, Any]]) -> None:
-    """The target's mean next-token entropy per domain (chapter 01's result file), or a note to run chapter 01."""
+    """The target's mean next-token entropy per domain (the toy world's result file), or a note saying how to get it."""
     fig, ax = plt.subplots(figsize=(6, 3))
     world = found.get("toy_world")
     if world:
