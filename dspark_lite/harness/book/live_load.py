@@ -13,12 +13,12 @@ those lengths (Algorithm 1's objective, `scheduler.expected_throughput`) and the
   cost tables (its measured table, its synthetic GPU-like one).
 
 Both draw the blocks of each R with `draw_blocks` (one generator, R after R), so at a point of
-the grid the live numbers are the figure's.
+the grid the live numbers are the figure's. The controls show only in a reader's running kernel
+(`interactive.live_kernel`); the book build shows the precomputed figure alone.
 """
 from __future__ import annotations
 
 import html
-import os
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -27,6 +27,7 @@ import pandas as pd
 from ... import scheduler
 from ...stepcurve import StepCurve
 from ..serving.simulator import curve_at, resolve_scheduler
+from .interactive import live_kernel  # the one test of a reader's running kernel, shared with chapter 05
 
 SCHEDULERS = ("dspark", "fixed", "mtp1", "threshold")
 SYNTHETIC = "synthetic: knee and slope"  # the live control's name for StepCurve.analytic(max_batch, knee, slope)
@@ -73,26 +74,6 @@ def load_states(confidences: np.ndarray, concurrencies: Sequence[int], knees: Se
                 rows += [{"R": R, "knee": int(knee), "slope": float(slope), **row}
                          for row in load_state(blocks, curve, schedulers)]
     return pd.DataFrame(rows)
-
-
-def live_kernel() -> bool:
-    """Whether a reader's kernel is running this (JupyterLab, Colab, a workstation's Jupyter), so
-    live controls can answer: ipywidgets importable, an IPython kernel, and not the book build's
-    headless kernel (ci/kernel_setup.py, which swaps tqdm's widget bar for a text bar because a
-    static page cannot update a widget). DSPARK_LIVE_WIDGETS=1 or 0 overrides the guess."""
-    forced = os.environ.get("DSPARK_LIVE_WIDGETS")
-    if forced in ("0", "1"):
-        return forced == "1"
-    try:
-        import ipywidgets  # noqa: F401
-        from IPython import get_ipython
-        import tqdm.auto
-    except ImportError:
-        return False
-    shell = get_ipython()
-    if shell is None or not hasattr(shell, "kernel"):
-        return False
-    return tqdm.auto.tqdm.__name__ != "TextBar"
 
 
 class LoadExplorer:
