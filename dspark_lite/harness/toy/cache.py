@@ -354,7 +354,9 @@ def fetch_published(folder: Path) -> bool:
             print(f"{folder.name} is not in the published cache: it trains here.")
         return False
     source = f"{url}/{entry['archive']}"
-    print(f"Fetching {folder.name} ({entry['archive_bytes'] / 2 ** 20:.1f} MiB) from {source}")
+    size = entry["archive_bytes"]
+    print(f"Fetching {folder.name} ({f'{size / 2 ** 20:.1f} MiB' if size >= 2 ** 20 else f'{size / 1024:.0f} KiB'}) "
+          f"from {source}")
     archive, unpacked = folder.parent / f".fetch-{folder.name}.tar.gz", folder.parent / f".fetch-{folder.name}"
     folder.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(unpacked, ignore_errors=True)
