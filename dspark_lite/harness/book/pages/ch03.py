@@ -48,9 +48,8 @@ def _layers_read(target: Any, recipe: Any) -> str:
 def say_recipe(target: Any, recipe: Any, seeds: Sequence[int]) -> None:
     """The drafter recipe this profile sets: gamma, the target layers read, each drafter's depth,
     training steps and seeds."""
-    read = _layers_read(target, recipe)
     say(f"This profile drafts gamma = {recipe.gamma} tokens a round, so tau lies between 1 and {recipe.gamma + 1}. "
-        f"Both drafters read {read}. DFlash has {verdicts.plural(recipe.dflash_layers, 'decoder layer')} and the "
+        f"Both drafters read {_layers_read(target, recipe)}. DFlash has {verdicts.plural(recipe.dflash_layers, 'decoder layer')} and the "
         f"EAGLE-style drafter {verdicts.plural(recipe.eagle_layers, 'decoder layer')}; DFlash trains for "
         f"{recipe.steps} steps and the EAGLE-style drafter for {recipe.eagle_steps} (`eagle_steps`), each from "
         f"{verdicts.plural(len(seeds), 'training seed')} ({results.plain(list(seeds))}).")
@@ -105,13 +104,11 @@ def training_curves(histories: Mapping[str, Any], gamma: int, steps: int, first_
         for k, style in ((1, "-"), (gamma, "--")):
             axes[1 if kind == "dflash" else 2].plot(smooth(survival[:, k - 1], window), style,
                                                     label=f"prefix survival @{k}")
-    axes[0].set_title(f"training loss (CE + TV), seed {first_seed}")
-    axes[1].set_title("DFlash: prefix survival (accept_rate@k), from 1 - TV")
-    axes[2].set_title("EAGLE-style: prefix survival (accept_rate@k), from 1 - TV")
-    axes[0].set_ylabel("loss")
-    axes[1].set_ylabel("prefix survival")
-    axes[2].set_ylabel("prefix survival")
-    for ax in axes:
+    titles = (f"training loss (CE + TV), seed {first_seed}", "DFlash: prefix survival (accept_rate@k), from 1 - TV",
+              "EAGLE-style: prefix survival (accept_rate@k), from 1 - TV")
+    for ax, title, label in zip(axes, titles, ("loss", "prefix survival", "prefix survival")):
+        ax.set_title(title)
+        ax.set_ylabel(label)
         ax.set_xlabel(f"step (moving average over {window})")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     plt.show()
@@ -398,14 +395,14 @@ def save_result_file(profile_name: str, device: Any, *, gamma: int, world: Any, 
                      seeds: Sequence[int], acceptance: Mapping[str, Mapping[str, Any]], trained: Mapping[str, Any],
                      margin: Mapping[str, float], paper_tau: Mapping[str, Mapping[str, float]],
                      in_window: Mapping[str, bool], chat_lowest: bool, dflash_wins: list[str], eagle_wins: list[str],
-                     gap: Mapping[str, verdicts.Interval], chat_gap: Mapping[str, verdicts.Interval],
-                     chat_dependency: Mapping[str, float], drafter_shares: Mapping[str, float],
-                     chat_decay_points: float, decay_reproduced: bool, conditional_decay: bool,
-                     slot_mean: Mapping[str, Any], fall: Mapping[str, Any], extra_fall: Mapping[str, verdicts.Interval],
-                     heldout: Mapping[str, Any], eagle_not_falling: list[str], slopes: Mapping[str, Any],
-                     latency: Mapping[str, Mapping[int, float]], ratio_4_16: Mapping[str, float] | None,
-                     verify: float, per_token_ms: pd.DataFrame, dflash_faster_on: list[str], shares: pd.DataFrame,
-                     phrasings: Sequence[Any], train_seconds: Mapping[str, float], replies: Any, recipe: Any) -> None:
+                     gap: Mapping[str, Any], chat_gap: Mapping[str, Any], chat_dependency: Mapping[str, float],
+                     drafter_shares: Mapping[str, float], chat_decay_points: float, decay_reproduced: bool,
+                     conditional_decay: bool, slot_mean: Mapping[str, Any], fall: Mapping[str, Any],
+                     extra_fall: Mapping[str, Any], heldout: Mapping[str, Any], eagle_not_falling: list[str],
+                     slopes: Mapping[str, Any], latency: Mapping[str, Mapping[int, float]],
+                     ratio_4_16: Mapping[str, float] | None, verify: float, per_token_ms: pd.DataFrame,
+                     dflash_faster_on: list[str], shares: pd.DataFrame, phrasings: Sequence[Any],
+                     train_seconds: Mapping[str, float], replies: Any, recipe: Any) -> None:
     """Write the chapter's result file (`parallel_drafting`): every number its prose and box report."""
     result = {
         "gamma": gamma,
