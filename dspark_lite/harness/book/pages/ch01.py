@@ -127,12 +127,16 @@ def show_domain_stats(stats: pd.DataFrame, entropy_order: Sequence[str], orderin
 
 
 def show_regime(regime_table: pd.DataFrame, inside: pd.Series, dependency: Mapping[str, Mapping[str, float]]) -> None:
-    """The toy world beside the paper's setting (table), then how many rows sit inside the paper's
-    regime and which share of chat's next-but-one entropy only the token in between settles."""
+    """The toy world beside the paper's setting (table), then how many of the rows held to the paper's
+    regime (`inside`: the table's verdicts less those the profile leaves out) sit inside it, and which
+    share of chat's next-but-one entropy only the token in between settles."""
     display(regime_table.style.hide(axis="index").format({"inside": verdicts.yes_no})
             .set_caption("The toy world beside the paper's setting"))
     chat_mi_share = dependency["chat"]["mutual_information"] / dependency["chat"]["marginal_entropy"]
-    say(f"{int(inside.sum())} of {len(inside)} rows with a line sit on the paper's side of it. In chat, "
+    left_out = int(regime_table["inside"].notna().sum()) - len(inside)
+    held = (f" ({verdicts.plural(left_out, 'row')} with a line not held to it in this profile: the smoke backbone is too "
+            "small for any head to be light beside it)" if left_out else "")
+    say(f"{int(inside.sum())} of {len(inside)} rows with a line sit on the paper's side of it{held}. In chat, "
         f"{100 * chat_mi_share:.0f}% of the next-but-one token's entropy is settled only by the token in between: "
         "the share a parallel drafter pays for and a drafter that samples in order does not.")
 
