@@ -123,7 +123,9 @@ def say_depth(dep: Depth, lean: LeanDrafters) -> None:
         + verdicts.either(dep.control_ratio >= 1, "so it is the parameter-matched control for the head's gain, with "
                           "more parameters, not fewer", "so it has fewer parameters than the DSpark it is compared with, "
                           "and does not control for the head's size")
-        + f". Each lean drafter trained from {verdicts.plural(len(lean.seeds), 'seed')} and was measured on "
+        + " (own parameters, the target's embedding and LM head not counted: "
+        + "; ".join(f"{run}: {n / 1e6:.3f}M" for run, n in dep.own_params.items())
+        + f"). Each lean drafter trained from {verdicts.plural(len(lean.seeds), 'seed')} and was measured on "
         f"{verdicts.plural(study.ablation_eval_prompts * study.ablation_eval_samples, 'generation')} per domain.")
 
 
