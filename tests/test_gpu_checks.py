@@ -50,6 +50,8 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
 def fake_gpu(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int] = (9, 0), free_gib: float = 80.0) -> None:
     """A CUDA device as check_setup sees it: its compute capability, free memory and name."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: capability)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the command line's `launch_device` asks
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     patch_room(monkeypatch, gpu_room, "free_memory_bytes", lambda device: int(free_gib * GiB) if device.type == "cuda" else None)
     patch_room(monkeypatch, gpu_room, "gpu_name", lambda device: "NVIDIA H100 80GB HBM3" if device.type == "cuda" else "cpu")
 
@@ -147,12 +149,16 @@ def test_each_bad_setting_fails_fast_naming_its_parameter(case: str, tmp_path: P
 
 def test_memory_for_the_chosen_sizes_is_checked_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       no_weights: None) -> None:
-    """Item 5 and 7: on a T4-like GPU (sm 7.5, 15 GiB free) the default float32 does not fit and the
-    error says to set DTYPE to bfloat16; bf16 fits there (with a note that it is emulated); a GPU whose
-    memory cannot hold even the bf16 weights is told to use a larger one."""
+    """Item 5 and 7 (and issue 54): on a T4-like GPU (sm 7.5, 15 GiB free) float32 does not fit: DTYPE
+    "auto" falls back to bf16 with a note, an explicit float32 gets an error that says to set DTYPE to
+    bfloat16; bf16 fits there (with a note that it is emulated); a GPU whose memory cannot hold even
+    the bf16 weights is told to use a larger one."""
     fake_gpu(monkeypatch, capability=(7, 5), free_gib=15.0)
+    auto = preflight.check_setup("real", CUDA, "full", **good_real(tmp_path / "a"))
+    assert auto.dtype == torch.bfloat16 and any("chose bfloat16" in note for note in auto.notes)
+    assert not any(note.startswith("float32 on") for note in auto.notes)
     with pytest.raises(preflight.SetupError, match=r"bfloat16.*Set DTYPE \(command line: --dtype\)"):
-        preflight.check_setup("real", CUDA, "full", **good_real(tmp_path / "a"))
+        preflight.check_setup("real", CUDA, "full", **good_real(tmp_path / "c"), dtype="float32")
     setup = preflight.check_setup("real", CUDA, "full", **good_real(tmp_path / "b"), dtype="bfloat16")
     assert setup.dtype == torch.bfloat16 and any("emulated" in note for note in setup.notes)
     fake_gpu(monkeypatch, capability=(8, 9), free_gib=6.0)

@@ -95,16 +95,35 @@ def slug(name: str) -> str:
 # ========================================================================== loading the models
 
 
+def direct_to_device(device: torch.device) -> bool:
+    """Whether `from_pretrained` can put the target's weights straight onto `device` (a GPU, with
+    `device_map`, which transformers runs through accelerate), instead of reading all of them into
+    host memory first (about 8 GB for Qwen3-4B in bf16: more than a free Colab's spare RAM). Prints
+    how to get there when accelerate is missing."""
+    if device.type != "cuda":
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        print("accelerate is not installed: the target is read into host memory, then moved to the GPU "
+              "(pip install accelerate loads it straight onto the GPU)")
+        return False
+    return True
+
+
 def load_target(source: str | Path, device: torch.device, dtype: torch.dtype | None = None
                 ) -> tuple[PreTrainedModel, Any]:
     """The target and its tokenizer from a hub id or a folder, through AutoModelForCausalLM with
-    sdpa attention, in `dtype` (default: `pick_dtype`) on `device`. Offline and not
+    sdpa attention, in `dtype` (default: `pick_dtype`) on `device`, loaded straight onto a GPU when
+    it can be (`direct_to_device`). Offline and not
     in the local hub cache: an error that says to pass a local folder."""
     dtype = dtype or pick_dtype(device)
     local = Path(str(source)).expanduser().is_dir()
+    placed = direct_to_device(device)
     try:
         with quiet_hub_bars():
-            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, attn_implementation="sdpa",
+                                                         **({"device_map": {"": str(device)}} if placed else {}))
         tok = AutoTokenizer.from_pretrained(str(source))
     except OSError as error:
         if local:

@@ -346,7 +346,8 @@ def check_setup(mode: str = "auto", device: torch.device | str = "cpu", profile:
     device; the prompt source (an evaluation folder holding the nine files, a download the hub can
     serve, or the fixture knowingly); the results folder is writable; the target and drafter sources
     (local folders with config.json and weights; hub ids, offline, in the local hub cache); the dtype
-    (fp16 refused); GPU memory for the chosen sizes against the free memory. SetupError names the
+    (fp16 refused; "auto" falls back from float32 to bf16 where float32 does not fit); GPU memory for
+    the chosen sizes against the free memory. SetupError names the
     parameter to set. `study` defaults to the profile's on a GPU and the smoke one on a CPU; its
     prompt count and generation length are replaced by `prompts_per_benchmark` ("profile", None for
     DeepSpec's counts, or a count) and `new_tokens` ("profile" or a count)."""
@@ -375,6 +376,14 @@ def check_setup(mode: str = "auto", device: torch.device | str = "cpu", profile:
     out_path = Path(out).expanduser() if out is not None else None
     results_folder = _check_out(out_path or results_file(mode, device, source, protocol == "subset"))
     config_file, folders = _memory_folders(mode, str(target), drafters, local)
-    need, free, more = _check_memory(mode, device, chosen, config_file, folders, study, profile_costs)
+    try:
+        need, free, more = _check_memory(mode, device, chosen, config_file, folders, study, profile_costs)
+    except SetupError:
+        if DTYPES.get(str(dtype).replace("torch.", "").lower(), torch.float32) is not None or chosen != torch.float32:
+            raise  # a dtype the reader chose is kept: the error says what would fit
+        chosen = torch.bfloat16  # "auto" picked float32 (below compute capability 8.0), which does not fit
+        need, free, more = _check_memory(mode, device, chosen, config_file, folders, study, profile_costs)
+        notes = tuple(n for n in notes if not n.startswith("float32 on")) + ("float32 does not fit this GPU's free memory, so DTYPE='auto' chose bfloat16 (DeepSpec's "
+                         "dtype; emulated and slower below compute capability 8.0)",)
     return Setup(mode, device, chosen, study, counts, source, folder, out_path, results_folder, str(target), drafters,
                  protocol, need, free, notes + more)
