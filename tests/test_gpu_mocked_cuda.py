@@ -210,7 +210,7 @@ def test_costs_first_writes_each_part_as_it_finishes(tmp_path: Path, monkeypatch
     monkeypatch.setattr(costs_first, "time_drafter", stop_after_one)
     with pytest.raises(KeyboardInterrupt):
         costs_first.measure(torch.device("cpu"), path, study, kinds=("dflash", "eagle3"), echo=lambda line: None)
-    assert seen[0] == ["target_built_s", "cost_table", "cost_table_skipped_for_memory", "target_only"]
+    assert seen[0] == ["target_built_s", "cost_table", "cost_table_skipped_for_memory", "target_only", "memory"]
     results = json.loads(path.read_text())["results"]
     assert list(results["drafters"]) == ["dflash"] and "CPU dry run" in results["measured_where"]
     assert sorted(results["cost_table"]) == ["1", "2"]

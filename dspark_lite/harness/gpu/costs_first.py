@@ -292,6 +292,8 @@ def measure(device: torch.device, out: Path, study: CostsStudy | None = None, ki
     results.part("target_only", baseline)
     echo(f"  target only: {baseline['tokens_per_s']['median']:.1f} tokens/s "
          f"({baseline['tokens_per_s']['min']:.1f}-{baseline['tokens_per_s']['max']:.1f})")
+    estimate = memory_estimate(target.config, folder, kinds, dtype, study)  # from the configs, once (seconds)
+    results.part("memory", {"peak_gib": peak_memory_gib(device), **estimate})
     drafters: dict[str, Any] = {}
     for kind in kinds:
         if left() < 15:
@@ -307,23 +309,23 @@ def measure(device: torch.device, out: Path, study: CostsStudy | None = None, ki
         d = drafters[kind]
         echo(f"  {kind}: draft {d['draft_ms_per_round']['median']:.2f}, verify {d['verify_ms_per_round']['median']:.2f}, "
              f"overhead {d['overhead_ms_per_round']['median']:.2f} ms/round (built in {d['built_s']:.0f} s)")
-        results.part("memory", memory_part(target.config, folder, kinds, dtype, study, device))
+        results.part("memory", {"peak_gib": peak_memory_gib(device), **estimate})
     results.part("seconds", time.perf_counter() - start)
     echo(f"costs-first done in {time.perf_counter() - start:.0f} s")
     return out
 
 
-def memory_part(config: Any, folder: Path, kinds: Sequence[str], dtype: torch.dtype, study: CostsStudy,
-                device: torch.device) -> dict[str, Any]:
-    """Peak memory so far (GiB; None on a CPU) beside the estimate from the configs: the weights of
-    the target and the drafters, the KV cache of one generation, and the largest cost-table step."""
+def memory_estimate(config: Any, folder: Path, kinds: Sequence[str], dtype: torch.dtype,
+                    study: CostsStudy) -> dict[str, Any]:
+    """The GPU memory the run should need, from the configs (`memory.memory_table`), to set beside
+    the measured peak: the weights of the target and the drafters, the KV cache of one generation,
+    and the largest cost-table step (`memory.profile_step_bytes`), in GiB."""
     table = memory_table(config, {k: folder / Path(DRAFTER_IDS[k]).name for k in kinds}, dtype,
                          study.prompt_tokens + study.new_tokens)
     step = profile_step_bytes(config, max(study.concurrencies), study.gamma, study.context,
                               torch.finfo(dtype).bits // 8) / 2**30
     weights = float(table["GiB"].iloc[:-1].sum())
-    return {"peak_gib": peak_memory_gib(device), "estimate_weights_gib": weights,
-            "estimate_kv_one_generation_gib": float(table["GiB"].iloc[-1]),
+    return {"estimate_weights_gib": weights, "estimate_kv_one_generation_gib": float(table["GiB"].iloc[-1]),
             "estimate_largest_cost_step_gib": step, "estimate_total_gib": weights + step,
             "estimate_note": "all drafters counted at once; the run builds one drafter at a time"}
 

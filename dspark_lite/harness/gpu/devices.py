@@ -1,4 +1,4 @@
-"""Chapter 07's device handling, and the one line every chapter's first output can show: which
+"""Chapter 07's device handling (the GPU check of chapter 93), and the one line every chapter's first output can show: which
 device a run uses, in which dtype, with how many worker processes (`runtime_banner`).
 
 `launch_device` turns a command line's device into one CUDA calls accept: `torch.device("cuda")`

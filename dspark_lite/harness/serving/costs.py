@@ -318,11 +318,11 @@ def load_step_curve(path: str | Path) -> StepCurve:
 
 # ========================================================================== a GPU's measured table (chapter 07)
 
-GPU_COST_FILES = "qwen3_4b_*_costs.json"  # chapter 07's costs-first results (harness/gpu/costs_first.py)
+GPU_COST_FILES = "qwen3_4b_*_costs.json"  # the costs-first run's results files (harness/gpu/costs_first.py)
 
 
 def load_gpu_cost_table(folder: str | Path | None = None) -> dict[int, StepCurve] | None:
-    """The SPS(B) tables that chapter 07's costs-first run measured on a GPU with Qwen3-4B's shape, as
+    """The SPS(B) tables that the costs-first run (`gpu.costs_first`) measured on a GPU with Qwen3-4B's shape, as
     the simulator takes them: {R: dense StepCurve} (`StepCurve.dense`), each curve's meta naming the
     GPU, its dtype and the file. Reads the committed results files `qwen3_4b_<gpu>_costs.json` in
     `folder` (default data/results/), skipping CPU dry runs; of several GPU files, the newest measured.
@@ -332,11 +332,11 @@ def load_gpu_cost_table(folder: str | Path | None = None) -> dict[int, StepCurve
     folder = committed_results_dir() if folder is None else Path(folder)
     found = []
     for path in sorted(folder.glob(GPU_COST_FILES)) if folder.is_dir() else []:
-        path, data = _read_json_object(path, "chapter 07's costs-first results", "python -m "
+        path, data = _read_json_object(path, "costs-first results", "python -m "
                                        "dspark_lite.harness.gpu.costs_first writes them")
         results = data.get("results")
         if not isinstance(results, dict) or not isinstance(results.get("cost_table"), dict):
-            raise ValueError(f"{path} holds no results.cost_table; expected chapter 07's costs-first results file")
+            raise ValueError(f"{path} holds no results.cost_table; expected a costs-first results file")
         if not str(results.get("device", "")).startswith("cuda") or not results["cost_table"]:
             continue
         found.append((str(data.get("provenance", {}).get("date", "")), path.name, results))
