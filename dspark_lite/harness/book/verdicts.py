@@ -1,5 +1,6 @@
 """Verdicts tested against the measurement's own noise, and the book's one wording for each
-(chapters 01-07; the book's rule).
+(chapters 02, 03, 05 and 06b use it directly, every chapter through its page module; the
+book's rule).
 
 A difference between two drafters' tau is a verdict only when its interval leaves zero: the
 two were measured on the same held-out prompts, in the same order, so the interval is a paired

@@ -8,7 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from ...result_files import REPO
+from ...toy.profiles import Profile, get_profile
+from ...toy.world import ToyWorld, load_toy_world
+from ...gpu.devices import runtime_banner
+from ....runtime import resolve_device, seed_everything
+from .. import plots
 from ..results import say
 
 BUILD_TIMES = REPO / "data" / "build" / "cold_build_times.json"
@@ -30,3 +37,19 @@ def run_time_note(chapter: str, times: Path = BUILD_TIMES) -> None:
         f"{record['minutes'][chapter]:g} minutes at the full profile with an empty cache; with the cache warm it "
         "loads what it trained instead. "
         + (f"On a GPU it took {gpu:g} minutes." if gpu is not None else "No GPU has run it yet."))
+
+
+def start(profile_name: str, device_name: str, seed: int,
+          world: bool = True) -> tuple[Profile, torch.device, torch.Generator, ToyWorld | None]:
+    """A chapter's setup, in the book's order: the figure theme, the profile's sizes, the device,
+    every generator seeded with `seed` (the returned torch generator is the chapter's) and, with
+    `world`, the toy world (loaded from the artifact cache, or trained there once). The cell's first
+    output says where the run is: profile, device, weights' dtype, worker processes and threads.
+    Returns (profile, device, generator, world or None)."""
+    plots.set_theme()
+    profile = get_profile(profile_name)
+    device = resolve_device(device_name)
+    generator = seed_everything(seed, device)
+    toy = load_toy_world(profile, seed, device=device) if world else None
+    say(f"**This run:** the {profile.name} profile; {runtime_banner(device)}.")
+    return profile, device, generator, toy

@@ -15,24 +15,18 @@ import torch
 from IPython.display import display
 from matplotlib.ticker import MaxNLocator
 
-from ....runtime import resolve_device, seed_everything
 from ...result_files import describe_path, save_result
-from ...toy.profiles import get_profile
 from .. import plots, results, verdicts
 from ..results import say
+from . import start
 
 ENTROPY_ORDER = ["math", "code", "chat"]  # Table 1: tau falls from math to code to chat, so entropy rises so
 
 
 def setup(profile_name: str, device_name: str, seed: int) -> tuple[Any, torch.device, torch.Generator]:
-    """The run's setup, in the chapter's order: the book's figure theme, the profile, the device and
-    every generator seeded with `seed` (the returned torch generator is the chapter's). Prints what
-    the run uses. Returns (profile, device, generator)."""
-    plots.set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    generator = seed_everything(seed, device)
-    print(f"profile={profile.name}, device={device}, threads={torch.get_num_threads()}")
+    """The book's setup (`pages.start`) without the toy world, which this chapter builds: (profile,
+    device, generator seeded with `seed`); the cell's first output says where the run is."""
+    profile, device, generator, _ = start(profile_name, device_name, seed, world=False)
     return profile, device, generator
 
 

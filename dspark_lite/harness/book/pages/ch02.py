@@ -11,29 +11,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ....runtime import resolve_device, seed_everything
 from ...result_files import save_result
 from ...toy import corpus
-from ...toy.profiles import get_profile
-from ...toy.world import load_toy_world
 from .. import interactive, plots, results, verdicts
 from ..results import say
 
 ENGINE = "dspark_lite engine + draft model"
 ASSISTED = "transformers assisted generation"
 TARGET_ONLY = "target only (KV cache)"
-
-
-def setup(profile_name: str, device_name: str, seed: int) -> tuple[Any, Any, torch.Generator, Any]:
-    """The run's setup, in the chapter's order: the book's figure theme, the profile, the device,
-    every generator seeded with `seed` (the returned torch generator is the chapter's), and the toy
-    world (trained on first use). Returns (profile, device, generator, world)."""
-    plots.set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    generator = seed_everything(seed, device)
-    world = load_toy_world(profile, seed, device=device)
-    return profile, device, generator, world
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -13,29 +13,15 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from ....runtime import resolve_device, seed_everything
 from ...result_files import save_result
 from ...toy import collisions, corpus
 from ...toy.knobs import CorpusKnobs
-from ...toy.profiles import get_profile
-from ...toy.world import load_toy_world
 from ..results import say
-from .. import interactive, plots, results, verdicts
+from .. import interactive, results, verdicts
 
 NAMES = {"dflash": "DFlash", "eagle": "EAGLE-style"}
 COLORS = {"dflash": "#3182bd", "eagle": "#e6550d"}
 DOMAINS = corpus.DOMAINS
-
-
-def open_world(profile_name: str, device_name: str, seed: int) -> tuple[Any, Any, Any, Any]:
-    """The book's plot theme, then the profile, the device, the seeded generator and the toy world
-    (loaded from the artifact cache, or trained there), in that order: (profile, device, generator, world)."""
-    plots.set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    generator = seed_everything(seed, device)
-    world = load_toy_world(profile, seed, device=device)
-    return profile, device, generator, world
 
 
 def _layers_read(target: Any, recipe: Any) -> str:

@@ -17,13 +17,12 @@ import torch
 from IPython.display import display
 
 from .... import record
-from ....runtime import device_generator, resolve_device, seed_everything
+from ....runtime import device_generator
 from ....speculative import speculative_generate
 from ...result_files import save_result
 from ...toy import collisions, corpus
-from ...toy.profiles import Profile, get_profile
-from ...toy.world import ToyWorld, load_toy_world
-from .. import interactive, plots, stream, verdicts
+from ...toy.world import ToyWorld
+from .. import interactive, stream, verdicts
 from ..results import plain, run_shows, say, titled
 
 DOMAINS = list(corpus.DOMAINS)
@@ -36,16 +35,6 @@ PAPER_TAU = {  # Table 1, Qwen3-4B, mean of the three benchmarks of each domain
     "dspark-markov": {"math": 5.57, "code": 5.12, "chat": 3.49},
 }
 LEGEND = dict(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-
-
-def open_world(profile_name: str, device_name: str, seed: int) -> tuple[Profile, torch.device, torch.Generator, ToyWorld]:
-    """The book's plot theme, then (profile, device, generator seeded with `seed`, the toy
-    world: loaded from the cache, or built when it is empty)."""
-    plots.set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    generator = seed_everything(seed, device)
-    return profile, device, generator, load_toy_world(profile, seed, device=device)
 
 
 def say_setting(target: torch.nn.Module, recipe: Any, seeds: Sequence[int]) -> None:

@@ -17,14 +17,12 @@ from matplotlib.ticker import MaxNLocator
 
 from .... import calibration, scheduler
 from ....record import Rounds
-from ....runtime import resolve_device, seed_everything
 from ...result_files import results_dir, save_result
 from ...serving import engines
 from ...toy import corpus
-from ...toy.profiles import get_profile
-from ...toy.world import load_toy_world
-from .. import interactive, plots, verdicts
+from .. import interactive, verdicts
 from ..results import plain, say, titled
+from . import start
 
 STS_BAR = 0.015  # the paper's "about 1%" mean ECE of a_k after STS, read as at most 1.5%
 RAW_RANGE = (0.03, 0.08)  # the paper's raw ECE of a_k, 3-8%
@@ -33,13 +31,9 @@ HEADERS = {"position": "position k", "n_reached": "blocks reaching k", "conditio
 
 
 def setup(profile_name: str, device_name: str, seed: int) -> tuple[Any, Any, Any]:
-    """(profile, device, world): the book's plot theme, the profile's sizes, the device, every
-    generator seeded with `seed`, and the toy world (from the cache)."""
-    plots.set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    seed_everything(seed, device)
-    world = load_toy_world(profile, seed, device=device)
+    """(profile, device, world): the book's setup (`pages.start`: theme, sizes, device, every generator
+    seeded with `seed`, the toy world from the cache); the cell's first output says where the run is."""
+    profile, device, _, world = start(profile_name, device_name, seed)
     return profile, device, world
 
 

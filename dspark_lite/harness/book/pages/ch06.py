@@ -16,25 +16,21 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ....runtime import resolve_device, seed_everything
 from ....stepcurve import StepCurve
 from ...result_files import REPO, results_dir, save_result
-from ...toy.profiles import get_profile
-from .. import plots, verdicts
+from .. import verdicts
 from ..results import say
+from . import start
 
 BENCH_SCRIPT = REPO / "scripts" / "bench_scheduler.py"
 _STARTED: list[float] = []  # when `setup` ran: the chapter's wall time goes into its result file
 
 
 def setup(profile_name: str, device_name: str, seed: int) -> tuple[Any, Any]:
-    """The run's setup, in the chapter's order: the chapter's clock, the book's figure theme, the
-    profile, the device and every generator seeded with `seed`. Returns (profile, device)."""
+    """The chapter's clock, then the book's setup (`pages.start`, no toy world: this chapter schedules
+    synthetic confidences): (profile, device); the cell's first output says where the run is."""
     _STARTED[:] = [time.perf_counter()]
-    plots.set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    seed_everything(seed, device)
+    profile, device, _, _ = start(profile_name, device_name, seed, world=False)
     return profile, device
 
 

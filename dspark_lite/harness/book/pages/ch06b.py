@@ -16,16 +16,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ....runtime import device_generator, resolve_device, seed_everything
+from ....runtime import device_generator
 from ....speculative import target_hidden, verify_block
 from ....stepcurve import StepCurve
 from ...result_files import results_dir, save_result
 from ...serving import engines, simulator
-from ...toy.profiles import get_profile
-from ...toy.world import load_toy_world
 from .. import results, verdicts
-from ..plots import set_theme
 from ..results import say
+from . import start
 
 PAPER_SLA_GAIN = 51.0  # the smaller of the paper's two gains over MTP-1 (Flash +51%, Pro +52%), Figure 7
 GLOSSARY = "92_glossary.md"
@@ -37,16 +35,10 @@ def _default(function: Any, parameter: str) -> Any:
 
 
 def setup(profile_name: str, device_name: str, seed: int) -> tuple[Any, Any, Any, Any]:
-    """The run's setup, in the chapter's order: the book's figure theme, the profile, the device,
-    every generator seeded with `seed` (the returned torch generator is the chapter's), and the toy
-    world (trained on first use). Returns (profile, device, generator, world)."""
+    """The chapter's clock, then the book's setup (`pages.start`): (profile, device, generator seeded
+    with `seed`, the toy world); the cell's first output says where the run is."""
     _STARTED[:] = [time.perf_counter()]
-    set_theme()
-    profile = get_profile(profile_name)
-    device = resolve_device(device_name)
-    generator = seed_everything(seed, device)
-    world = load_toy_world(profile, seed, device=device)
-    return profile, device, generator, world
+    return start(profile_name, device_name, seed)
 
 
 def tables_folder() -> Path:
