@@ -441,6 +441,26 @@ def costs_highlights(path: Path) -> dict[str, Any]:
             "seconds": results.get("seconds")}
 
 
+def ch07_lines(found: dict[str, Any] | None) -> list[str]:
+    """Chapter 07's main numbers as the console's last lines (a device call returns the console's end):
+    target-only tokens/s, ms per round per drafter, peak memory, and the macro projected speed-ups."""
+    if not found:
+        return []
+    lines = [f"\nchapter 07 costs-first ({found.get('measured_where')}; {found.get('dtype')}):"]
+    if found.get("target_only_tokens_per_s") is not None:
+        lines.append(f"  target only: {found['target_only_tokens_per_s']:.1f} tokens/s")
+    for kind, ms in (found.get("ms_per_round") or {}).items():
+        speedup = (found.get("projected_speedup_macro") or {}).get(kind)
+        lines.append(f"  {kind}: draft {ms['draft']:.2f}, verify {ms['verify']:.2f}, overhead {ms['overhead']:.2f} ms/round"
+                     + (f"; projected speed-up at T = 1 (Eq. 1, Table 1's macro tau) {speedup:.2f}x" if speedup else ""))
+    if found.get("peak_memory_gib") is not None:
+        lines.append(f"  peak GPU memory {found['peak_memory_gib']:.2f} GiB (estimate "
+                     f"{found.get('memory_estimate_gib') or float('nan'):.2f} GiB)")
+    if found.get("skipped"):
+        lines.append(f"  skipped: {found['skipped']}")
+    return lines
+
+
 class Check:
     """The check's state: arguments, budget, steps, and where everything goes."""
 
@@ -685,6 +705,8 @@ class Check:
             seconds = "" if s.seconds is None else f"{s.seconds:.1f}"
             note = s.detail.splitlines()[0][:90] if s.detail else ""
             self.say(f"{s.name:<30}{s.status:<9}{seconds:>9}  {note}")
+        for line in ch07_lines(self.summary.get("chapter07")):
+            self.say(line)
         ok = not any(s.failed for s in self.steps)
         self.say(f"\n{'all required steps ok' if ok else 'FAILED'} in {self.budget.elapsed():.0f} s of a "
                  f"{self.args.budget:.0f} s budget; summary in {self.out / SUMMARY}")

@@ -66,6 +66,10 @@ def _costs_file(path: Path, parts: list[str]) -> None:
                "skipped": {}, "cost_table": {"1": {"curve": StepCurve.from_latencies([1, 8], [0.02, 0.021]).to_dict()}}}
     if "target_only" in parts:
         results["target_only"] = {"tokens_per_s": {"median": 50.0}}
+    if "drafters" in parts:
+        results["drafters"] = {"dspark": {f"{p}_ms_per_round": {"median": ms} for p, ms in
+                                          (("draft", 3.0), ("verify", 21.0), ("overhead", 4.0))}}
+        results["projection"] = [{"drafter": "dspark", "domain": "macro", "speed-up (Eq. 1)": 3.9}]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"provenance": {"date": "2026-12-06 16:00 UTC"}, "results": results}))
 
@@ -172,7 +176,9 @@ def test_the_whole_check_on_a_mocked_gpu(tmp_path: Path, monkeypatch: pytest.Mon
     with tarfile.open(out / gpu_check.ARCHIVE) as tar:
         names = tar.getnames()
     assert f"files/results/{COSTS_NAME}" in names and "files/logs/ch07_costs-first.log" in names, names
-    assert "versions before any install" in (out / gpu_check.LOG).read_text()
+    log = (out / gpu_check.LOG).read_text()
+    assert "versions before any install" in log
+    assert "dspark: draft 3.00, verify 21.00, overhead 4.00 ms/round; projected speed-up at T = 1" in log  # the tail
 
 
 def test_a_chapter07_stopped_at_its_deadline_keeps_its_finished_parts(tmp_path: Path, monkeypatch) -> None:
