@@ -262,3 +262,32 @@ def test_nothing_forks_once_cuda_is_initialised(monkeypatch: pytest.MonkeyPatch)
     pids = list(workers.fork_map(lambda job: (job, os.getpid()), 3, 4, describe=str))
     assert pids == [(0, os.getpid()), (1, os.getpid()), (2, os.getpid())]  # in this process, in job order
     assert "1 worker process;" in devices.runtime_banner("cpu")
+
+
+def test_the_target_is_read_straight_onto_the_gpu(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """With accelerate there, `from_pretrained` gets device_map={"": "cuda:0"} (no host copy of the
+    weights); without it, the target goes through host memory and the run says how to avoid that."""
+    import importlib.util
+
+    from dspark_lite.harness.gpu import loading
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_from_pretrained(source, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", fake_from_pretrained)
+    find = importlib.util.find_spec
+    for present in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: (object() if present else None) if name == "accelerate" else find(name, *a))
+        seen.clear()
+        with pytest.raises(Stop):
+            loading.load_target("Qwen/Qwen3-4B", torch.device("cuda:0"), torch.bfloat16)
+        assert seen.get("device_map") == ({"": "cuda:0"} if present else None)
+    assert "accelerate is not installed" in capsys.readouterr().out
+    assert loading.direct_to_device(torch.device("cpu")) is False
