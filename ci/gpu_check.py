@@ -70,9 +70,7 @@ SMOKE_RANGE = ("01_toy_world", "06b_serving")
 FULL_CHAPTERS = ("01_toy_world", "03_parallel_drafting")
 SUMMARY, LOG, ARCHIVE, FILES = "gpu_check.json", "gpu_check.log", "gpu_check_files.tar.gz", "files"
 # Modules the code imports that the check does without: (why it is safe to leave them out).
-OPTIONAL_MODULES = {
-    "myst_nb": "dspark_lite.harness.book.results.glue returns quietly without it; the check renders no HTML",
-}
+OPTIONAL_MODULES: dict[str, str] = {}  # none since the chapters say their results themselves (no myst-nb glue)
 # Chapter 07's costs-first step: (its deadline, the budget it is told to keep within) per device.
 # On an H100 it needs about two minutes (chapters/93_gpu_protocol.md, the budget table).
 CH07_CAP = {"cuda": (210.0, 170.0), "cpu": (120.0, 80.0)}

@@ -1,3 +1,3 @@
-"""The book's face: results tables and glue, verdict wording, plots, interactive figures and the
+"""The book's face: results tables and the sentences a run says, verdict wording, plots, interactive figures and the
 token stream. It may import every other room.
 """

@@ -1,6 +1,6 @@
-"""The book's results on the page (chapter 00 and every chapter after it): values glued into the
-prose, titled tables, the results page's headline rows and GPU rows (chapter 07's runs), and the
-Colab launch cell. The files themselves are `result_files`'.
+"""The book's results on the page (chapter 00 and every chapter after it): what a run measured, said
+as the cell's Markdown output (`say`), values as words (`plain`), titled tables, the verdict box,
+the results page's headline rows and GPU rows (chapter 07's runs), and the Colab launch cell. The files themselves are `result_files`'.
 """
 from __future__ import annotations
 
@@ -46,25 +46,6 @@ def say(*paragraphs: str) -> None:
     if not text:
         raise ValueError("say() needs at least one non-empty paragraph")
     display(Markdown(text))
-
-
-def glue(name: str, value: Any, fmt: str = "") -> None:
-    """Put a measured number or a run-chosen phrase into the chapter's prose (nothing is shown in
-    the cell: a glue call may end a cell).
-
-    The prose cites it as {glue:md}`name`: myst-nb fills it in from the executed notebook, so a
-    sentence states what *this* run measured (`ci/check_prose.py` refuses measured numbers typed
-    into the text). `value` is formatted with `fmt` ("" = str). Words work too: glue a verdict
-    chosen by the result ("beats" / "does not beat") so the sentence reads true either way.
-    Without myst-nb (on Colab) nothing is glued.
-    """
-    text = format(value, fmt) if fmt else str(value)
-    try:
-        from IPython.display import Markdown
-        from myst_nb import glue as myst_glue
-    except ImportError:
-        return
-    myst_glue(name, Markdown(text), display=False)
 
 
 def run_shows(rows: list[tuple[str, str, str, bool | None]]) -> "Any":

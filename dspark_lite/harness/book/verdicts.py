@@ -14,7 +14,7 @@ the seed mean, and each resample draws seeds with replacement, then generations 
 drawn seed, so the interval holds the training noise as well as the prompts'. The interval keeps
 each seed's own estimate, and a verdict that one seed contradicts is a tie (`Interval.above_zero`).
 
-The chapters' hidden glue cells take every verdict's words from here (`versus_paper`,
+The chapters' page modules take every verdict's words from here (`versus_paper`,
 `resolves`, `reaches`, `grows`, `direction`, `falls_by`, `trend`, ...), so a verdict reads the
 same in every chapter; a sentence particular to one chapter is the chapter's constant, picked by
 `either`.
