@@ -19,7 +19,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dspark_lite import dflash, dspark, eagle, scheduler  # noqa: E402
+from dspark_lite import dflash, dspark, eagle, runtime, scheduler  # noqa: E402
 from dspark_lite.hidden_drafter import DrafterConfig  # noqa: E402
 from dspark_lite.harness.toy.replies import generate_training_sequences  # noqa: E402
 from dspark_lite.speculative import speculative_generate  # noqa: E402
@@ -56,6 +56,18 @@ def build(kind: str, target: Qwen3ForCausalLM, seed: int = 1):
 
 
 def measure() -> dict:
+    """The pinned quantities, in float32: the fixture was written on a CPU without AMX, where no
+    training matmul runs in bf16 autocast, so on a CPU with AMX (or a GPU) autocast is held off here
+    (`runtime.bf16_autocast_pays`), and the pin compares the same arithmetic on every machine."""
+    original = runtime.bf16_autocast_pays
+    runtime.bf16_autocast_pays = lambda device, wide=False: False
+    try:
+        return _measure()
+    finally:
+        runtime.bf16_autocast_pays = original
+
+
+def _measure() -> dict:
     torch.set_num_threads(1)
     target = tiny_target()
     tokenizer = type("Tok", (), {"eos_token_id": None, "pad_token_id": 0})()

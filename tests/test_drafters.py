@@ -394,7 +394,7 @@ def test_training_sequences_need_a_prompt_and_a_reply_of_two_tokens():
         TrainingSequences([random_ids(0, 6), random_ids(1, 6)], [4], PAD_ID)
 
 
-def test_target_views_equal_the_targets_own_forward(target):
+def test_target_views_equal_the_targets_own_forward(target, float32_matmuls):
     """What the trainer reads (kept per sequence, the LM head applied per batch) is the target's
     own logits and selected hidden states, in any batch a sequence lands in."""
     prompts = [random_ids(60 + i, 3 + i) for i in range(5)]

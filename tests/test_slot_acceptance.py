@@ -17,7 +17,8 @@ from dspark_lite.speculative import select_target_hidden
 
 
 @pytest.mark.parametrize("kind", ["dflash", "eagle", "dspark-markov"])
-def test_slot_acceptance_equals_one_anchor_at_a_time(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slot_acceptance_equals_one_anchor_at_a_time(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    float32_matmuls) -> None:
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
     world = load_toy_world("smoke", seed=0)
     recipe = world.profile.drafter
