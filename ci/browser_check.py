@@ -163,6 +163,10 @@ JS_READING = r"""() => {
     const media = 'img, svg, canvas, iframe, table, .widget-subarea, .vega-embed';
     for (const out of outputs) {
         for (const e of out.querySelectorAll('*')) {
+            // typeset math in a Markdown output (its .math span, MathJax's container): MathJax clips its hidden
+            // assistive copy on purpose, and a display formula too wide for the column is counted with the
+            // others (wideMath)
+            if (e.closest('mjx-container, .math')) continue;
             const r = e.getBoundingClientRect();
             if (r.width === 0) continue;
             const ox = getComputedStyle(e).overflowX;
