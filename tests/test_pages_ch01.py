@@ -14,12 +14,9 @@ from dspark_lite.harness.book.pages import ch01  # noqa: E402
 
 
 @pytest.fixture
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What the page module says, one string a call, instead of displaying it."""
-    out: list[str] = []
-    monkeypatch.setattr(ch01, "say", lambda *paragraphs: out.append("\n\n".join(paragraphs)))
-    monkeypatch.setattr(ch01, "display", lambda *objects: None)
-    return out
+def said(said_by) -> list[str]:
+    """What ch01 says, one string a call, instead of displaying it."""
+    return said_by(ch01)
 
 
 def sweep(learned: list[int]) -> pd.DataFrame:

@@ -12,11 +12,9 @@ from dspark_lite.harness.book.pages import ch02  # noqa: E402
 
 
 @pytest.fixture
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What the page module says, one string a call, instead of displaying it."""
-    out: list[str] = []
-    monkeypatch.setattr(ch02, "say", lambda *paragraphs: out.append("\n\n".join(paragraphs)))
-    return out
+def said(said_by) -> list[str]:
+    """What ch02 says, one string a call, instead of displaying it."""
+    return said_by(ch02)
 
 
 def race_of(ours: list[float], hf: list[float], alone: list[float]) -> tuple[dict, pd.DataFrame]:

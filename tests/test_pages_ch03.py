@@ -17,12 +17,9 @@ ABOVE, BELOW, TIE = Interval(0.5, 0.2, 0.8), Interval(-0.5, -0.8, -0.2), Interva
 
 
 @pytest.fixture
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What the page module says, one string a call, instead of displaying it."""
-    out: list[str] = []
-    monkeypatch.setattr(ch03, "say", lambda *paragraphs: out.append("\n\n".join(paragraphs)))
-    monkeypatch.setattr(ch03, "display", lambda *objects: None)
-    return out
+def said(said_by) -> list[str]:
+    """What ch03 says, one string a call, instead of displaying it."""
+    return said_by(ch03)
 
 
 def measured(tau: dict[str, float], first: float = 0.8, last: float = 0.7) -> dict[str, SimpleNamespace]:

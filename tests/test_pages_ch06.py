@@ -14,11 +14,9 @@ from dspark_lite.harness.book.pages import ch06  # noqa: E402
 
 
 @pytest.fixture
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What the page module says, one string a call, instead of displaying it."""
-    out: list[str] = []
-    monkeypatch.setattr(ch06, "say", lambda *paragraphs: out.append("\n\n".join(paragraphs)))
-    return out
+def said(said_by) -> list[str]:
+    """What ch06 says, one string a call, instead of displaying it."""
+    return said_by(ch06)
 
 
 def appendix_of(frequency: dict[str, float], trials: int) -> pd.DataFrame:

@@ -30,26 +30,24 @@ def committed(folder: Path, concurrencies=(1, 2)) -> None:
         "results": {"device": "cuda:0", "gpu": "NVIDIA H100", "dtype": "bfloat16", "cost_table": table}}))
 
 
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    out: list[str] = []
-    monkeypatch.setattr(ch06b_gpu, "say", lambda *p: out.append(" ".join(p)))
-    monkeypatch.setattr(ch06b_gpu, "display", lambda *a, **k: None)
-    return out
+@pytest.fixture
+def said(said_by) -> list[str]:
+    """What ch06b_gpu says, one string a call, instead of displaying it."""
+    return said_by(ch06b_gpu)
 
 
 ARGS = dict(schedulers=["dspark", "fixed", "mtp1"], baselines=["fixed", "mtp1"],
             names={"dspark": "DSpark", "fixed": "fixed", "mtp1": "MTP-1"}, steps=4, replays=2, seed=0)
 
 
-def test_without_a_gpu_table_the_chapter_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    out = said(monkeypatch)
+def test_without_a_gpu_table_the_chapter_says_how_to_get_one(tmp_path: Path, said: list[str]) -> None:
+    out = said
     assert ch06b_gpu.gpu_table_sweep(records(), concurrencies=[1, 2, 4], folder=tmp_path, **ARGS) is None
     assert "ci/gpu_check.py" in out[0]
 
 
-def test_a_committed_gpu_table_is_replayed_at_the_concurrencies_it_covers(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    out = said(monkeypatch)
+def test_a_committed_gpu_table_is_replayed_at_the_concurrencies_it_covers(tmp_path: Path, said: list[str]) -> None:
+    out = said
     committed(tmp_path, (1, 2))
     aggregate = ch06b_gpu.gpu_table_sweep(records(), concurrencies=[1, 2, 4], folder=tmp_path, **ARGS)
     assert sorted(aggregate["R"].unique()) == [1, 2] and set(aggregate["scheduler"]) == {"dspark", "fixed", "mtp1"}
