@@ -7,7 +7,8 @@ page shapes): what a reader opening the notebook in JupyterLab or Colab would tr
 
 Per chapter of the toc: MyST roles in markdown cells (`{glue:md}`, `{term}`, `{paper}`, ...),
 `results.glue(` calls in code cells, the longest code cell in lines (a notebook viewer shows every
-code cell, whatever its tags), the code cells over 30 lines, and the rendered page's prose share
+code cell, whatever its tags; and the longest after the Colab cell, which every chapter shares), the
+code cells over 30 lines, and the rendered page's prose share
 (ci/browser_check.py's measure, when a page-shape file is given).
 """
 from __future__ import annotations
@@ -38,9 +39,11 @@ def counts(notebook: dict) -> dict[str, int]:
     markdown = [text(c) for c in notebook["cells"] if c["cell_type"] == "markdown"]
     code = [text(c) for c in notebook["cells"] if c["cell_type"] == "code"]
     lines = [len(c.splitlines()) for c in code]
+    colab = 1 if code and "google.colab" in code[0] else 0  # the first cell: the Colab set-up, the same in every chapter
     return {"roles": sum(len(ROLE.findall(m)) for m in markdown),
             "glue_calls": sum(len(GLUE_CALL.findall(c)) for c in code),
             "longest_code_cell": max(lines, default=0),
+            "longest_after_colab_cell": max(lines[colab:], default=0),
             f"code_cells_over_{LONG}": sum(n > LONG for n in lines)}
 
 
