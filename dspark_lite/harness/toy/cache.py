@@ -112,12 +112,18 @@ def verify_manifest(folder: Path) -> None:
         files = json.loads(manifest.read_text())["files"]
     except (json.JSONDecodeError, KeyError) as exc:
         raise CorruptArtifact(f"{manifest}: unreadable manifest ({exc})") from exc
+    check_digests(folder, files, "the manifest")
+
+
+def check_digests(folder: Path, files: dict[str, str], listed_in: str) -> None:
+    """Raise CorruptArtifact unless every file of `files` ({name: sha256}) is in `folder` with that
+    digest; `listed_in` names the list in the message ("the manifest", "the published manifest")."""
     for name, digest in files.items():
         path = folder / name
-        if not path.exists():
-            raise CorruptArtifact(f"{path}: listed in the manifest but missing")
+        if not path.is_file():
+            raise CorruptArtifact(f"{path}: listed in {listed_in} but missing (an interrupted write?)")
         if _sha256(path) != digest:
-            raise CorruptArtifact(f"{path}: checksum differs from the manifest (corrupt file)")
+            raise CorruptArtifact(f"{path}: its sha256 differs from {listed_in}'s (a corrupt or changed file)")
 
 
 def artifact_folder(kind: str, config: dict[str, Any], root: Path | None = None) -> Path:
@@ -328,12 +334,7 @@ def _unpack_checked(archive: Path, files: dict[str, str], dest: Path) -> None:
             tar.extractall(dest, filter="data")
         else:
             tar.extractall(dest)
-    for name, digest in files.items():
-        path = dest / name
-        if not path.is_file():
-            raise CorruptArtifact(f"{name}: listed in the published manifest but not in the archive")
-        if _sha256(path) != digest:
-            raise CorruptArtifact(f"{name}: its sha256 differs from the published manifest's")
+    check_digests(dest, files, "the published manifest")
     verify_manifest(dest)
 
 
