@@ -10,12 +10,19 @@ each weighted by w_k = exp(-(k - 1) / decay) and masked past the end of the sequ
 
     loss = ce_weight * CE + tv_weight * TV  (+ confidence_weight * BCE(c_k, 1 - TV), Eq. 8)
 
+Eagle3's own loss (DeepSpec's `compute_eagle3_loss`, the paper's autoregressive baseline) is the
+third term, the soft cross-entropy against the target's distribution, SCE = -sum_v p_t(v) log p_d(v),
+with step weights 0.8^(k-1): `soft_ce_weight` 1, the other two 0 and decay = 1 / ln 1.25
+(`EAGLE3_DECAY`), since exp(-(k - 1) / decay) = 0.8^(k-1).
+
 The same TV, teacher-forced, gives the acceptance curves the trainer logs (`acceptance_proxies`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +37,13 @@ class LossWeights(Protocol):
 
     ce_weight: float
     tv_weight: float
+    soft_ce_weight: float
     confidence_weight: float
     loss_decay: float | None
+
+
+EAGLE3_DECAY = 1 / math.log(1.25)
+"""The position-weight decay that gives Eagle3's step weights 0.8^(k-1) (DeepSpec's step_loss_decay 0.8)."""
 
 
 def position_weights(gamma: int, decay: float | None, device: torch.device | None = None) -> Tensor:
@@ -41,8 +53,8 @@ def position_weights(gamma: int, decay: float | None, device: torch.device | Non
 
 
 def block_loss(output: BlockOutput, targets: BlockTargets, cfg: LossWeights) -> tuple[Tensor, dict]:
-    """The position-weighted, masked loss ce_weight * CE + tv_weight * TV (+ confidence_weight *
-    BCE(c_k, 1 - TV), Eq. 8) and its parts as numbers."""
+    """The position-weighted, masked loss ce_weight * CE + tv_weight * TV + soft_ce_weight * SCE
+    (+ confidence_weight * BCE(c_k, 1 - TV), Eq. 8) and its parts as numbers."""
     gamma = targets.tokens.shape[-1]
     weights = position_weights(gamma, cfg.loss_decay, targets.tokens.device) * targets.mask  # [B, A, gamma] w_k
     total_weight = weights.sum().clamp(min=1e-6)
@@ -52,6 +64,11 @@ def block_loss(output: BlockOutput, targets: BlockTargets, cfg: LossWeights) -> 
     ce_loss, tv_loss = (ce * weights).sum() / total_weight, (tv * weights).sum() / total_weight
     loss = cfg.ce_weight * ce_loss + cfg.tv_weight * tv_loss
     parts = {"ce": ce_loss.item(), "tv": tv_loss.item()}
+    if cfg.soft_ce_weight > 0:  # Eagle3's: the target's whole distribution as the label
+        soft_ce = -(targets.probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # [B, A, gamma]
+        soft_ce_loss = (soft_ce * weights).sum() / total_weight
+        loss = loss + cfg.soft_ce_weight * soft_ce_loss
+        parts["soft_ce"] = soft_ce_loss.item()
     if output.confidence_logits is not None and cfg.confidence_weight > 0:
         soft_label = (1 - tv).detach()  # Eq. 8: c*_k = 1 - TV_k
         bce = F.binary_cross_entropy_with_logits(output.confidence_logits.float(), soft_label, reduction="none")

@@ -46,8 +46,8 @@ class DrafterTrainConfig:
     """Recipe of `train_drafter`. A step reads `sequences_per_batch` sequences
     and `anchors_per_sequence` anchors in each. `loss_decay` None means gamma (the paper's
     w_k = exp(-(k-1)/gamma); DeepSpec's configs use 4 for gamma = 7). Defaults CE 0.1,
-    TV 0.9, confidence BCE 1.0 (used only if the drafter returns confidence logits); these four
-    loss fields are the `loss.LossWeights` that `loss.block_loss` reads."""
+    TV 0.9, soft CE 0 (Eagle3's loss: `loss.EAGLE3_DECAY`), confidence BCE 1.0 (used only if the
+    drafter returns confidence logits); these five loss fields are the `loss.LossWeights` that `loss.block_loss` reads."""
 
     steps: int = 300
     sequences_per_batch: int = 4
@@ -57,6 +57,7 @@ class DrafterTrainConfig:
     weight_decay: float = 0.0
     ce_weight: float = 0.1
     tv_weight: float = 0.9
+    soft_ce_weight: float = 0.0
     confidence_weight: float = 1.0
     loss_decay: float | None = None
     max_grad_norm: float = 1.0
@@ -65,9 +66,10 @@ class DrafterTrainConfig:
         for name in ("steps", "sequences_per_batch", "anchors_per_sequence"):
             checks.positive_int(getattr(self, name), name)
         checks.positive_int(self.warmup_steps, "warmup_steps", minimum=0)
-        for name in ("ce_weight", "tv_weight", "confidence_weight"):
+        for name in ("ce_weight", "tv_weight", "soft_ce_weight", "confidence_weight"):
             checks.in_interval(getattr(self, name), name, 0.0)
-        checks.in_interval(self.ce_weight + self.tv_weight, "ce_weight + tv_weight", 0.0, closed=False)
+        checks.in_interval(self.ce_weight + self.tv_weight + self.soft_ce_weight, "ce_weight + tv_weight + soft_ce_weight",
+                           0.0, closed=False)
         for name in ("lr", "max_grad_norm") + (("loss_decay",) if self.loss_decay is not None else ()):
             checks.in_interval(getattr(self, name), name, 0.0, closed=False)
 
@@ -137,6 +139,7 @@ class DrafterTrainHistory:
     loss: list[float] = field(default_factory=list)
     ce: list[float] = field(default_factory=list)
     tv: list[float] = field(default_factory=list)
+    soft_ce: list[float] = field(default_factory=list)
     confidence_bce: list[float] = field(default_factory=list)
     slot_acceptance_tv: list[list[float]] = field(default_factory=list)
     prefix_survival_tv: list[list[float]] = field(default_factory=list)
@@ -145,7 +148,7 @@ class DrafterTrainHistory:
 
     def record(self, loss: float, parts: dict) -> None:
         self.loss.append(loss)
-        for name in ("ce", "tv", "confidence_bce", "slot_acceptance_tv", "prefix_survival_tv", "expected_tau_tv"):
+        for name in ("ce", "tv", "soft_ce", "confidence_bce", "slot_acceptance_tv", "prefix_survival_tv", "expected_tau_tv"):
             if name in parts:
                 getattr(self, name).append(parts[name])
 

@@ -379,7 +379,7 @@ def test_a_training_recipe_is_checked_at_its_constructor():
     for bad, message in [({"steps": 0}, "steps must be an integer >= 1; got 0"),
                          ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0; got -1"),
                          ({"tv_weight": -0.1}, "tv_weight must be >= 0; got -0.1"),
-                         ({"ce_weight": 0.0, "tv_weight": 0.0}, r"ce_weight \+ tv_weight must be > 0; got 0.0"),
+                         ({"ce_weight": 0.0, "tv_weight": 0.0}, r"ce_weight \+ tv_weight \+ soft_ce_weight must be > 0; got 0.0"),
                          ({"lr": 0.0}, "lr must be > 0; got 0.0"),
                          ({"loss_decay": -1.0}, "loss_decay must be > 0; got -1.0")]:
         with pytest.raises(ValueError, match=message):

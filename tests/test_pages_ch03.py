@@ -43,10 +43,10 @@ def test_the_recipe_sentence_names_the_layers_read() -> None:
 
 
 def test_the_loss_sentence_says_whether_it_is_the_papers(said: list[str]) -> None:
-    ch03.say_loss(SimpleNamespace(loss_decay=None, ce_weight=0.1, tv_weight=0.9), 4)
-    ch03.say_loss(SimpleNamespace(loss_decay=None, ce_weight=0.1, tv_weight=0.9), 7)
-    assert "exp(-(k-1)/4): the paper's loss" in said[0]
-    assert "exp(-(k-1)/7): not the paper's loss" in said[1]
+    ch03.say_loss(SimpleNamespace(loss_decay=None, ce_weight=0.1, tv_weight=0.9, eagle_loss="eagle3"), 4)
+    ch03.say_loss(SimpleNamespace(loss_decay=None, ce_weight=0.1, tv_weight=0.9, eagle_loss="dspark"), 7)
+    assert "exp(-(k-1)/4): the paper's loss" in said[0] and "Eagle3's soft cross-entropy" in said[0]
+    assert "exp(-(k-1)/7): not the paper's loss" in said[1] and "the same loss as DFlash, not Eagle3's" in said[1]
 
 
 def test_the_calibration_sentence_names_the_domains_outside_the_window(said: list[str]) -> None:

@@ -56,3 +56,30 @@ def test_mean_interval_resamples_units_and_drops_missing_ones() -> None:
     assert verdicts.mean_interval([1.0, 1.0, 1.0]).text() == "+1.00 [+1.00, +1.00]"
     with pytest.raises(ValueError, match="at least two"):
         verdicts.mean_interval([np.nan, 0.5])
+
+
+def test_branch_split_recombines_into_slot_acceptance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      float32_matmuls) -> None:
+    """Slot 1 is always clean; a threshold no entropy reaches leaves every slot clean (and equal to
+    slot_acceptance); one every choice passes makes every later slot branched; in between, the
+    clean and branched means weighted by their shares give back slot_acceptance."""
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    world = load_toy_world("smoke", seed=0)
+    recipe = world.profile.drafter
+    drafter = zoo.BUILDERS["dflash"](world, recipe, 1)
+    replies = zoo.heldout_replies(world, "chat", recipe)
+    whole = evaluation.slot_acceptance(drafter, world.target, replies, batch_size=2)
+    never = evaluation.slot_acceptance_split(drafter, world.target, replies, branch_entropy=1e9, batch_size=2)
+    np.testing.assert_allclose(never["clean"], whole, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(never["all"], whole, atol=1e-6, equal_nan=True)
+    assert np.isnan(never["branched"]).all() and (never["branched_share"][~np.isnan(whole)] == 0).all()
+    always = evaluation.slot_acceptance_split(drafter, world.target, replies, branch_entropy=1e-12, batch_size=2)
+    assert np.isnan(always["branched"][:, 0]).all() and np.isnan(always["clean"][:, 1:]).all()
+    np.testing.assert_allclose(always["branched"][:, 1:], whole[:, 1:], atol=1e-6, equal_nan=True)
+    some = evaluation.slot_acceptance_split(drafter, world.target, replies, branch_entropy=2.0, batch_size=2)
+    share = some["branched_share"]
+    assert ((share > 0) & (share < 1)).any(), "the threshold should split some slots"
+    mixed = np.nan_to_num(some["clean"]) * (1 - share) + np.nan_to_num(some["branched"]) * share
+    np.testing.assert_allclose(mixed, np.nan_to_num(whole), atol=1e-5)
+    with pytest.raises(ValueError, match="threshold in nats"):
+        evaluation.slot_acceptance_split(drafter, world.target, replies, branch_entropy=0.0)

@@ -149,20 +149,13 @@ def measure_acceptance(world: ToyWorld, drafter: Drafter, gamma: int, n_prompts:
     return {domain: summarize_rollouts(domain, done[d], gamma, keep_record) for d, domain in enumerate(domains)}
 
 
-@torch.no_grad()
-def slot_acceptance(drafter: Drafter, target: torch.nn.Module, replies: TrainingSequences,
-                    batch_size: int = 8) -> np.ndarray:
-    """Per-slot acceptance on the target's own continuations: for every reply and slot k, the mean
-    of 1 - TV(p_d,k, p_t,k) over blocks anchored at every position of the reply, with the true
-    tokens before slot k (teacher-forced) and the target's distribution given that true prefix.
-    Returns [replies, gamma]; NaN where a reply has no block whose slot k exists.
-
-    This is where suffix decay lives: no block is dropped because an earlier slot was
-    rejected, unlike the conditional acceptance of decoding, which averages slot k over the
-    rounds that survived slots 1..k-1 only."""
+def _slot_blocks(drafter: Drafter, target: torch.nn.Module, replies: TrainingSequences, batch_size: int):
+    """Every reply's blocks, anchored at every reply position, a batch of replies at a time:
+    yields (1 - TV per slot [B, A, gamma], the mask of slots that exist [B, A, gamma], the
+    target's distribution per slot [B, A, gamma, V]), teacher-forced (`slot_acceptance`)."""
     layer_ids = getattr(drafter, "target_layer_ids", None)
     views = TargetViews(target, replies, layer_ids)
-    gamma, device, out = drafter.gamma, model_device(drafter), []
+    gamma, device = drafter.gamma, model_device(drafter)
     for first in range(0, len(replies), batch_size):
         indices = range(first, min(first + batch_size, len(replies)))
         input_ids, lengths, prompt_lengths = replies.batch(indices)
@@ -176,6 +169,45 @@ def slot_acceptance(drafter: Drafter, target: torch.nn.Module, replies: Training
         targets = block_targets(input_ids, logits.to(device), anchors, lengths, gamma)
         mask = targets.mask & (offsets < n_anchors[:, None]).to(device)[..., None]  # [B, A, gamma]
         draft_probs = torch.softmax(draft_logits.float(), dim=-1)  # [B, A, gamma, V]
-        accept = (1 - total_variation(draft_probs, targets.probs)) * mask
-        out.append((accept.sum(1) / mask.sum(1)).cpu().numpy())  # [B, gamma]; 0/0 -> NaN
+        yield (1 - total_variation(draft_probs, targets.probs)) * mask, mask, targets.probs
+
+
+@torch.no_grad()
+def slot_acceptance(drafter: Drafter, target: torch.nn.Module, replies: TrainingSequences,
+                    batch_size: int = 8) -> np.ndarray:
+    """Per-slot acceptance on the target's own continuations: for every reply and slot k, the mean
+    of 1 - TV(p_d,k, p_t,k) over blocks anchored at every position of the reply, with the true
+    tokens before slot k (teacher-forced) and the target's distribution given that true prefix.
+    Returns [replies, gamma]; NaN where a reply has no block whose slot k exists.
+
+    This is where suffix decay lives: no block is dropped because an earlier slot was
+    rejected, unlike the conditional acceptance of decoding, which averages slot k over the
+    rounds that survived slots 1..k-1 only."""
+    out = [(accept.sum(1) / mask.sum(1)).cpu().numpy()  # [B, gamma]; 0/0 -> NaN
+           for accept, mask, _ in _slot_blocks(drafter, target, replies, batch_size)]
     return np.concatenate(out)
+
+
+@torch.no_grad()
+def slot_acceptance_split(drafter: Drafter, target: torch.nn.Module, replies: TrainingSequences,
+                          branch_entropy: float, batch_size: int = 8) -> dict[str, np.ndarray]:
+    """`slot_acceptance` split by what came earlier in the block. Slot k of a block is *after a
+    branch point* when the target's distribution at some earlier slot j < k had an entropy above
+    `branch_entropy` nats: the world chose there, and slot k's right answer depends on the choice,
+    which a parallel slot cannot see and a drafter sampling in order can. Otherwise it is *clean*
+    (slot 1 always is). Returns {"all" | "clean" | "branched" | "branched_share": [replies, gamma]}:
+    each reply's mean 1 - TV over all its slots k (`slot_acceptance`), its clean and its branched
+    ones (NaN where it has none), and the share of its slots k that are branched."""
+    if not branch_entropy > 0:
+        raise ValueError(f"branch_entropy is a threshold in nats > 0, got {branch_entropy}")
+    parts: dict[str, list[np.ndarray]] = {"all": [], "clean": [], "branched": [], "branched_share": []}
+    for accept, mask, probs in _slot_blocks(drafter, target, replies, batch_size):
+        entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)  # [B, A, gamma] the target's, per slot
+        chose = (entropy > branch_entropy) & mask
+        earlier = torch.cat([torch.zeros_like(chose[..., :1]), chose[..., :-1].cummax(-1).values], dim=-1)  # any j < k
+        branched, clean = mask & earlier, mask & ~earlier
+        parts["all"].append((accept.sum(1) / mask.sum(1)).cpu().numpy())
+        parts["clean"].append(((accept * clean).sum(1) / clean.sum(1)).cpu().numpy())
+        parts["branched"].append(((accept * branched).sum(1) / branched.sum(1)).cpu().numpy())
+        parts["branched_share"].append((branched.sum(1) / mask.sum(1)).cpu().numpy())
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}

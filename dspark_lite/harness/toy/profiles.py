@@ -71,9 +71,14 @@ class DrafterRecipe:
         drafters keep the target's hidden size (they share its embedding and LM head); a
         narrower MLP is what keeps them small beside the target, as the paper's are (the
         regime table).
-    eagle_intermediate_size / eagle_num_heads: the EAGLE-style layer's MLP width and attention
-        heads (one key/value head; None: the target's). Eagle3's one layer is about 4% of
-        Qwen3-4B against DFlash's 15%; these bring ours as close to that as one layer allows.
+    eagle_intermediate_size / eagle_num_heads / eagle_head_dim: the EAGLE-style layer's MLP
+        width, attention heads (one key/value head) and head width (None: the target's). Eagle3's
+        one layer and its fc are 4.1% of Qwen3-4B's non-embedding parameters against DFlash's
+        14.8% (`regime.paper_parameter_shares`); these bring ours to the same share.
+    eagle_loss: what the EAGLE-style baseline trains on: "eagle3", Eagle3's soft cross-entropy
+        against the target's distribution with step weights 0.8^(k-1) (DeepSpec's
+        `compute_eagle3_loss`), or "dspark", the CE + TV of the parallel drafters (the ablation
+        `zoo.TV_BASELINE` keeps the book's earlier baseline that way).
     """
 
     gamma: int
@@ -104,6 +109,12 @@ class DrafterRecipe:
     draft_intermediate_size: int | None = None
     eagle_intermediate_size: int | None = None
     eagle_num_heads: int | None = None
+    eagle_head_dim: int | None = None
+    eagle_loss: str = "eagle3"
+
+    def __post_init__(self) -> None:
+        if self.eagle_loss not in ("eagle3", "dspark"):
+            raise ValueError(f"eagle_loss must be 'eagle3' or 'dspark', got {self.eagle_loss!r}")
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,20 @@ class HeadStudy:
     race_new_tokens: int
     race_repeats: int
     overhead_repeats: int
+
+
+@dataclass(frozen=True)
+class CrossoverStudy:
+    """Chapter 03's crossover map (`crossover.sweep`): the baseline's layer shapes, each (MLP width,
+    attention heads, head width; None: the target's), DFlash at the recipe's, all on the lean
+    recipe of the head ablations; eval_prompts / eval_samples: held-out prompts per domain and
+    generations per prompt of each drafter's tau; branch_entropy: the target's entropy (nats) above
+    which a slot counts as a branch point for the slots after it (`evaluation.slot_acceptance_split`)."""
+
+    eagle_shapes: tuple[tuple[int, int, int | None], ...]
+    eval_prompts: int
+    eval_samples: int
+    branch_entropy: float
 
 
 @dataclass(frozen=True)
@@ -261,6 +286,7 @@ class Profile:
     confidence: ConfidenceStudy
     serving: ServingStudy
     gpu: GpuStudy
+    crossover: CrossoverStudy
     regime_sequences: int = 12
     drafter_seeds: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
@@ -298,7 +324,7 @@ _FULL = Profile(
         loss_decay=4.0, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
         collision_contexts=20, collision_samples=10, head_rank=8, finetune_steps=500,
-        draft_intermediate_size=96, eagle_intermediate_size=32, eagle_num_heads=2,
+        draft_intermediate_size=96, eagle_intermediate_size=24, eagle_num_heads=1, eagle_head_dim=8,
     ),
     heads=HeadStudy(
         ablation_steps=1600, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
@@ -319,6 +345,8 @@ _FULL = Profile(
         sim_steps=400, sim_replays=4,
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_head_rank=16,
     ),
+    crossover=CrossoverStudy(eagle_shapes=((24, 1, 8), (8, 1, 32), (32, 2, None)), eval_prompts=20, eval_samples=2,
+                             branch_entropy=0.5),
 )
 
 _SMOKE = Profile(
@@ -370,6 +398,7 @@ _SMOKE = Profile(
         profile_points=3, profile_context=16, profile_repeats=1, concurrencies=(1, 2), sim_steps=20, sim_replays=2,
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_head_rank=16,
     ),
+    crossover=CrossoverStudy(eagle_shapes=((8, 1, 8), (16, 2, None)), eval_prompts=1, eval_samples=1, branch_entropy=0.5),
     regime_sequences=2,
     drafter_seeds=2,
 )

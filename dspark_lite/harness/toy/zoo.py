@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from . import cache, evaluation, replies
-from ... import dflash, dspark, eagle, progress as bars, training
+from ... import dflash, dspark, eagle, loss, progress as bars, training
 from ...hidden_drafter import DrafterConfig
 from ...record import Rounds
 from ...resume import Checkpointer
@@ -51,12 +51,28 @@ def drafter_seeds(profile: Profile) -> list[int]:
     return [int(raw) * n + i for i in range(n)]
 
 
-def train_config(recipe: DrafterRecipe, **overrides) -> DrafterTrainConfig:
-    """The recipe's `DrafterTrainConfig` (fields of the config can be overridden)."""
+def train_config(recipe: DrafterRecipe, kind: str = "dflash", **overrides) -> DrafterTrainConfig:
+    """The recipe's `DrafterTrainConfig` for a drafter of `kind` (fields of the config can be
+    overridden): the EAGLE-style baseline trains on Eagle3's loss when `recipe.eagle_loss` says
+    so, every other drafter (and the TV-trained baseline) on the recipe's CE + TV."""
     fields = {name: getattr(recipe, name) for name in (
         "steps", "sequences_per_batch", "anchors_per_sequence", "lr", "warmup_steps",
         "ce_weight", "tv_weight", "loss_decay")}
+    fields["steps"] = training_steps(kind, recipe)
+    if kind == "eagle" and recipe.eagle_loss == "eagle3":
+        fields.update(ce_weight=0.0, tv_weight=0.0, soft_ce_weight=1.0, loss_decay=loss.EAGLE3_DECAY)
     return DrafterTrainConfig(**{**fields, **overrides})
+
+
+TV_BASELINE = dict(eagle_intermediate_size=32, eagle_num_heads=2, eagle_head_dim=None, eagle_loss="dspark")
+"""The EAGLE-style baseline of the book's builds before stop 57 (chapter 03's ablation "eagle-tv"):
+7.3% of the target's non-embedding parameters, trained on the parallel drafters' CE + TV."""
+
+
+def tv_baseline_recipe(recipe: DrafterRecipe) -> DrafterRecipe:
+    """`recipe` with the earlier baseline's shape and loss (`TV_BASELINE`); in the smoke
+    profile, whose baseline is already the target's shape, only the loss changes."""
+    return replace(recipe, **(TV_BASELINE if recipe.eagle_intermediate_size is not None else {"eagle_loss": "dspark"}))
 
 
 def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dflash.DFlashDrafter:
@@ -70,7 +86,8 @@ def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> eagle.
     """An untrained EAGLE-3 style drafter of the recipe's shape (TTT horizon = block size)."""
     cfg = DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, num_layers=recipe.eagle_layers,
                         intermediate_size=recipe.eagle_intermediate_size or recipe.draft_intermediate_size,
-                        num_heads=recipe.eagle_num_heads, num_kv_heads=None if recipe.eagle_num_heads is None else 1)
+                        num_heads=recipe.eagle_num_heads, num_kv_heads=None if recipe.eagle_num_heads is None else 1,
+                        head_dim=recipe.eagle_head_dim)
     return eagle.EagleDrafter(world.target, cfg, seed=seed)
 
 
@@ -91,6 +108,7 @@ def dspark_builder(head_type: str, confidence_head: bool = False
 BUILDERS: dict[str, Callable[[ToyWorld, DrafterRecipe, int], nn.Module]] = {
     "dflash": build_dflash,
     "eagle": build_eagle,
+    "eagle-tv": lambda world, recipe, seed=0: build_eagle(world, tv_baseline_recipe(recipe), seed),
     "dspark-markov": dspark_builder("markov"),
     "dspark-rnn": dspark_builder("rnn"),
     "dspark-confidence": dspark_builder("markov", confidence_head=True),
@@ -99,7 +117,7 @@ BUILDERS: dict[str, Callable[[ToyWorld, DrafterRecipe, int], nn.Module]] = {
 
 def training_steps(kind: str, recipe: DrafterRecipe) -> int:
     """How many steps the recipe trains a drafter of `kind`."""
-    if kind == "eagle":
+    if kind.startswith("eagle"):
         return recipe.eagle_steps
     return recipe.dspark_steps if kind.startswith("dspark") else recipe.steps
 
@@ -108,7 +126,7 @@ def ablation_recipe(recipe: DrafterRecipe, study: HeadStudy, gamma: int, layers:
     """The lean recipe of the head ablations: every kind trains `study.ablation_steps` on
     smaller batches, with anchors per sequence scaled so each block size sees as many slots."""
     return replace(recipe, gamma=gamma, dflash_layers=layers, steps=study.ablation_steps,
-                   dspark_steps=study.ablation_steps, sequences_per_batch=study.ablation_sequences_per_batch,
+                   dspark_steps=study.ablation_steps, eagle_steps=study.ablation_steps, sequences_per_batch=study.ablation_sequences_per_batch,
                    anchors_per_sequence=max(1, study.ablation_block_tokens // gamma))
 
 
@@ -178,29 +196,30 @@ def load_or_train_seeds(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     jobs = [(_check_kind(kind), seed) for kind in kinds for seed in seeds]
     entries = {(kind, seed): _drafter_entry(world, kind, recipe, seed) for kind, seed in jobs}
     missing = [job for job, entry in entries.items() if not cache.contains(*entry)]
-    groups = sorted({training_steps(kind, recipe) for kind, _ in missing})
     workers = worker_processes(model_device(world.target))
     names = ' + '.join(dict.fromkeys(kind for kind, _ in missing))
-    for steps in (progress(groups, desc=f"train {names}") if len(groups) > 1 else groups):
-        jobs_now = [job for job in missing if training_steps(job[0], recipe) == steps]
-        if workers > 1 and len(jobs_now) > 1:
-            _train_in_processes(world, jobs_now, recipe, entries, steps, workers)
-            continue
+    if workers > 1 and len(missing) > 1:  # one single-thread process a drafter, whatever its recipe
+        _train_in_processes(world, missing, recipe, entries, workers)
+        missing = []
+    groups = list(dict.fromkeys(train_config(recipe, kind) for kind, _ in missing))  # one loop trains one config
+    for cfg in (progress(groups, desc=f"train {names}") if len(groups) > 1 else groups):
+        jobs_now = [job for job in missing if train_config(recipe, job[0]) == cfg]
         for seed in dict.fromkeys(seed for _, seed in jobs_now):
-            _train_side_by_side(world, [kind for kind, s in jobs_now if s == seed], recipe, seed, entries, steps)
+            _train_side_by_side(world, [kind for kind, s in jobs_now if s == seed], recipe, seed, entries, cfg)
     return {kind: [cache.load_or_build(*entries[(kind, seed)], _build_alone(world, kind, recipe, seed),
                                        _loader(world, kind, recipe, seed)) for seed in seeds]
             for kind in dict.fromkeys(kinds)}
 
 
 def _train_side_by_side(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRecipe, seed: int,
-                        entries: dict[tuple[str, int], tuple[str, dict]], steps: int) -> None:
-    """Train `kinds` from one seed in one loop sharing one view of the target, and cache each."""
+                        entries: dict[tuple[str, int], tuple[str, dict]], cfg: DrafterTrainConfig) -> None:
+    """Train `kinds` (of one training config) from one seed in one loop sharing one view of the
+    target, and cache each."""
     group = {kind: BUILDERS[kind](world, recipe, seed) for kind in kinds}
     work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[(k, seed)]).name for k in group)})
     with cache.exclusive(work):
         histories = training.train_drafters(group, world.target, training_replies(world, recipe),
-                                            train_config(recipe, steps=steps), seed,
+                                            cfg, seed,
                                             desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
     for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
         cache.load_or_build(*entries[(kind, seed)], lambda folder, kind=kind, drafter=drafter: _save(drafter, histories[kind], folder),
@@ -212,7 +231,7 @@ def _build_alone(world: ToyWorld, kind: str, recipe: DrafterRecipe, seed: int) -
     """The cache's build of one drafter trained alone (checkpointing into its work folder)."""
     def write(folder: Path) -> None:
         drafter = BUILDERS[kind](world, recipe, seed)
-        _save(drafter, _train(world, kind, drafter, recipe, training_steps(kind, recipe), seed, folder), folder)
+        _save(drafter, _train(world, kind, drafter, recipe, None, seed, folder), folder)
     return write
 
 
@@ -229,7 +248,7 @@ def _train_in_worker(job: int) -> None:
 
 
 def _train_in_processes(world: ToyWorld, jobs: Sequence[tuple[str, int]], recipe: DrafterRecipe,
-                        entries: dict[tuple[str, int], tuple[str, dict]], steps: int, workers: int) -> None:
+                        entries: dict[tuple[str, int], tuple[str, dict]], workers: int) -> None:
     """Train each (kind, seed) of `jobs` alone in its own forked single-thread process (at most
     `workers` at a time), which caches it; one bar here counts all their steps. A second thread
     speeds a drafter's small step up far less than twofold (measured on 2 cores: DSpark-Markov
@@ -243,7 +262,7 @@ def _train_in_processes(world: ToyWorld, jobs: Sequence[tuple[str, int]], recipe
     kinds = ' + '.join(dict.fromkeys(kind for kind, _ in jobs))
     seeds = sorted({seed for _, seed in jobs})
     label = f"train {kinds}" + (f", seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else "")
-    bar = progress(total=steps * len(jobs), desc=f"{label} ({min(workers, len(jobs))} processes)")
+    bar = progress(total=sum(training_steps(kind, recipe) for kind, _ in jobs), desc=f"{label} ({min(workers, len(jobs))} processes)")
     try:
         done = fork_map(_train_in_worker, len(jobs), workers,
                         lambda job: f"training drafter {jobs[job][0]} from seed {jobs[job][1]}",
@@ -301,10 +320,11 @@ def _check_kind(kind: str) -> str:
     return kind
 
 
-def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int,
+def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe, steps: int | None,
            seed: int, folder: Path) -> DrafterTrainHistory:
-    """Train `drafter` alone, checkpointing into the artifact's work `folder`."""
-    cfg = train_config(recipe, steps=steps)
+    """Train `drafter` alone for `steps` (None: the kind's own), checkpointing into the
+    artifact's work `folder`."""
+    cfg = train_config(recipe, kind, **({} if steps is None else {"steps": steps}))
     return training.train_drafter(drafter, world.target, training_replies(world, recipe), cfg, seed=seed,
                                   desc=f"train {kind}", checkpoint=Checkpointer(folder))
 

@@ -65,8 +65,11 @@ def say_loss(recipe: Any, gamma: int) -> None:
     decay = recipe.loss_decay or gamma  # None means gamma
     loss = f"{recipe.ce_weight:g} CE + {recipe.tv_weight:g} TV, with w_k = exp(-(k-1)/{decay:g})"
     paper_loss = (recipe.ce_weight, recipe.tv_weight, decay) == (0.1, 0.9, 4)  # the paper's and DeepSpec's
-    say(f"This recipe trains both drafters with {loss}: "
-        + verdicts.either(paper_loss, "the paper's loss.", "not the paper's loss."))
+    eagle3 = recipe.eagle_loss == "eagle3"
+    say(f"This recipe trains DFlash with {loss}: " + verdicts.either(paper_loss, "the paper's loss", "not the paper's loss")
+        + "; and the EAGLE-style baseline with " + verdicts.either(
+            eagle3, "Eagle3's soft cross-entropy against the target's distribution, step weights 0.8^(k-1): DeepSpec's.",
+            "the same loss as DFlash, not Eagle3's."))
 
 
 def say_training(recipe: Any, seeds: Sequence[int], train_seconds: Mapping[str, float]) -> None:
@@ -182,17 +185,16 @@ def say_ordering(table: pd.DataFrame, paper_tau: Mapping[str, Mapping[str, float
                     for d in DOMAINS) + ".")
 
 
-def say_ordering_causes(chat_dependency: Mapping[str, float], drafter_shares: Mapping[str, float],
-                        acceptance: Mapping[str, Mapping[str, Any]], target: Any, recipe: Any) -> None:
-    """What this run measured of the two causes: the drafters' sizes and the layers they read, the
-    share of chat's next-but-one entropy the token in between settles, and slot 1's chat acceptance."""
+def say_ordering_causes(dependency: Mapping[str, Mapping[str, float]], drafter_shares: Mapping[str, float],
+                        target: Any, recipe: Any) -> None:
+    """What this run measured of the setting: the drafters' sizes, the layers they read, and each
+    domain's share of the next-but-one token's entropy that the token in between settles."""
     read = _layers_read(target, recipe)
-    mi_share = 100 * chat_dependency["mutual_information"] / chat_dependency["marginal_entropy"]
-    say(f"In this run DFlash is {100 * drafter_shares['dflash']:.0f}% and the EAGLE-style drafter "
-        f"{100 * drafter_shares['eagle']:.0f}% of the target's non-embedding parameters, and both read {read}. "
-        f"{mi_share:.0f}% of the entropy of chat's next-but-one token is settled only by the token in between. "
-        f"In chat, slot 1 was accepted at {acceptance['dflash']['chat'].conditional[0]:.2f} for DFlash and "
-        f"{acceptance['eagle']['chat'].conditional[0]:.2f} for the autoregressive drafter.")
+    share = {d: 100 * v["mutual_information"] / v["marginal_entropy"] for d, v in dependency.items()}
+    say(f"In this run DFlash is {100 * drafter_shares['dflash']:.1f}% and the EAGLE-style drafter "
+        f"{100 * drafter_shares['eagle']:.1f}% of the target's non-embedding parameters, and both read {read}. "
+        "The share of the next-but-one token's entropy that only the token in between settles is "
+        + ", ".join(f"{share[d]:.0f}% in {d}" for d in dependency) + ".")
 
 
 def slot_figure(slot_mean: Mapping[str, Mapping[str, list]], gamma: int, n_seeds: int) -> None:
@@ -382,6 +384,7 @@ def save_result_file(profile_name: str, device: Any, *, gamma: int, world: Any, 
                      margin: Mapping[str, float], paper_tau: Mapping[str, Mapping[str, float]],
                      in_window: Mapping[str, bool], chat_lowest: bool, dflash_wins: list[str], eagle_wins: list[str],
                      gap: Mapping[str, Any], chat_gap: Mapping[str, Any], chat_dependency: Mapping[str, float],
+                     crossover: Mapping[str, Any],
                      drafter_shares: Mapping[str, float], chat_decay_points: float, decay_reproduced: bool,
                      conditional_decay: bool, slot_mean: Mapping[str, Any], fall: Mapping[str, Any],
                      extra_fall: Mapping[str, Any], heldout: Mapping[str, Any], eagle_not_falling: list[str],
@@ -389,8 +392,10 @@ def save_result_file(profile_name: str, device: Any, *, gamma: int, world: Any, 
                      ratio_4_16: Mapping[str, float] | None, verify: float, per_token_ms: pd.DataFrame,
                      dflash_faster_on: list[str], shares: pd.DataFrame, phrasings: Sequence[Any],
                      train_seconds: Mapping[str, float], replies: Any, recipe: Any) -> None:
-    """Write the chapter's result file (`parallel_drafting`): every number its prose and box report."""
+    """Write the chapter's result file (`parallel_drafting`): every number its prose and box report
+    (section 3.9's in `crossover`, from `ch03_crossover.result`)."""
     result = {
+        "crossover": crossover,
         "gamma": gamma,
         "knobs": asdict(world.knobs),
         "entropy": entropy,
@@ -439,8 +444,10 @@ def verdict_box(*, acceptance: Mapping[str, Mapping[str, Any]], paper_tau: Mappi
                 chat_lowest: bool, gamma: int, slot_mean: Mapping[str, Any], fall: Mapping[str, Any],
                 extra_fall: Mapping[str, verdicts.Interval], decay_reproduced: bool, slopes: Mapping[str, Any],
                 conditional_decay: bool, pair: tuple[int, int], pair_ratio: Mapping[str, float],
-                block_scales_slowly: bool, mixed: Mapping[str, float], collision_seen: bool) -> Any:
-    """The box that ends the chapter: each claim it tests, the paper's value, this run's and the verdict."""
+                block_scales_slowly: bool, mixed: Mapping[str, float], collision_seen: bool,
+                more: Sequence[tuple[str, str, str, bool]] = ()) -> Any:
+    """The box that ends the chapter: each claim it tests, the paper's value, this run's and the
+    verdict (`more`: section 3.9's rows, `ch03_crossover.verdict_rows`)."""
     def taus(kind: str) -> str:
         return " / ".join(f"{acceptance[kind][d].tau:.2f}" for d in DOMAINS)
 
@@ -480,4 +487,5 @@ def verdict_box(*, acceptance: Mapping[str, Mapping[str, Any]], paper_tau: Mappi
         ("Multimodal collision: a parallel block mixes phrasings (mixed openers)", "described, not measured",
          f"DFlash {100 * mixed['DFlash']:.0f}%, EAGLE-style {100 * mixed['EAGLE-style']:.0f}%, "
          f"target {100 * mixed['target']:.0f}%", collision_seen),
+        *more,
     ])

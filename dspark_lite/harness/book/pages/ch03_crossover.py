@@ -1,0 +1,218 @@
+"""Chapter 03's section 3.9, where parallel drafting wins: per-slot acceptance split at the
+block's branch points, the crossover map of tau(DFlash) / tau(EAGLE-style) over the drafters'
+capacity ratio and the domains, the baseline's loss ablation, and the reasons these leave, with
+the tables, figures, sentences and verdict rows each shows. `ch03` holds the rest of the chapter.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import display
+
+from .. import plots, verdicts
+from ..results import say, titled
+from .ch03 import COLORS, DOMAINS, NAMES
+
+
+def split_means(split: Mapping[str, Mapping[str, Sequence[Mapping[str, np.ndarray]]]]) -> dict:
+    """Each reply's mean over slots 2..gamma of its clean and its branched slots, and the share of
+    those slots that are branched: {kind: {domain: {"clean" | "branched" | "share": [seeds, replies]}}}
+    from `evaluation.slot_acceptance_split` per seed."""
+    def later(values: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.nanmean(values[:, 1:], axis=1) if np.isfinite(values[:, 1:]).any() else np.full(len(values), np.nan)
+
+    return {kind: {d: {"clean": np.stack([later(s["clean"]) for s in per_seed]),
+                       "branched": np.stack([later(s["branched"]) for s in per_seed]),
+                       "share": np.stack([np.nanmean(s["branched_share"][:, 1:], axis=1) for s in per_seed])}
+                   for d, per_seed in by_domain.items()}
+            for kind, by_domain in split.items()}
+
+
+def split_gaps(means: Mapping[str, Any], seed: int) -> dict[str, dict[str, verdicts.Interval]]:
+    """DFlash minus the baseline on clean and on branched slots (paired: same replies and seed
+    index), and the branched gap minus the clean one, per domain."""
+    gaps = {}
+    for d in DOMAINS:
+        clean = means["dflash"][d]["clean"] - means["eagle"][d]["clean"]
+        branched = means["dflash"][d]["branched"] - means["eagle"][d]["branched"]
+        gaps[d] = {"clean": verdicts.mean_interval(clean, seed=seed), "branched": verdicts.mean_interval(branched, seed=seed),
+                   "branched minus clean": verdicts.mean_interval(branched - clean, seed=seed)}
+    return gaps
+
+
+def deficit_share(means: Mapping[str, Any]) -> dict[str, float]:
+    """The share of DFlash's deficit against the baseline over slots 2..gamma that sits on branched
+    slots: share x gap_branched / (share x gap_branched + (1 - share) x gap_clean), from seed means."""
+    out = {}
+    for d in DOMAINS:
+        share = float(np.nanmean(means["dflash"][d]["share"]))
+        gap = {part: float(np.nanmean(means["eagle"][d][part] - means["dflash"][d][part])) for part in ("clean", "branched")}
+        total = share * gap["branched"] + (1 - share) * gap["clean"]
+        out[d] = share * gap["branched"] / total if total > 0 else float("nan")
+    return out
+
+
+def show_split(means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mapping[str, float], threshold: float,
+               n_seeds: int) -> None:
+    """Figure and table: each drafter's acceptance on clean and on branched slots 2..gamma per domain."""
+    fig, axes = plt.subplots(1, len(DOMAINS), figsize=(7, 2.8), sharey=True, layout="constrained")
+    for ax, d in zip(axes, DOMAINS):
+        for i, kind in enumerate(("eagle", "dflash")):
+            for j, part in enumerate(("clean", "branched")):
+                value = verdicts.mean_interval(means[kind][d][part])
+                ax.bar(j + 0.38 * i, value.estimate, width=0.36, color=COLORS[kind], alpha=1.0 if part == "clean" else 0.55,
+                       yerr=[[value.estimate - value.low], [value.high - value.estimate]], capsize=3,
+                       label=NAMES[kind] if j == 0 else None)
+        ax.set_xticks([0.19, 1.19], ["clean", "after a\nbranch point"])
+        ax.set_title(f"{d}: {100 * np.nanmean(means['dflash'][d]['share']):.0f}% branched", fontsize=10)
+    axes[0].set_ylabel("acceptance (1 - TV), slots 2..γ")
+    axes[0].set_ylim(0, 1)
+    axes[-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"Where each drafter loses inside a block (branch point: the target's entropy > {threshold:g} nats "
+                 f"earlier in the block; mean of {n_seeds} seeds, 95% bars)", fontsize=9)
+    plt.show()
+    table = pd.DataFrame({
+        **{f"{NAMES[k]}: clean / branched": {d: f"{np.nanmean(means[k][d]['clean']):.3f} / "
+                                               f"{np.nanmean(means[k][d]['branched']):.3f}" for d in DOMAINS}
+           for k in ("dflash", "eagle")},
+        "branched share of slots 2..γ": {d: f"{100 * np.nanmean(means['dflash'][d]['share']):.0f}%" for d in DOMAINS},
+        "DFlash - EAGLE-style, clean": {d: gaps[d]["clean"].text(3) for d in DOMAINS},
+        "DFlash - EAGLE-style, branched": {d: gaps[d]["branched"].text(3) for d in DOMAINS},
+        "share of DFlash's deficit on branched slots": {d: f"{100 * deficit[d]:.0f}%" for d in DOMAINS},
+    })
+    display(titled(table, "Per-slot acceptance on held-out target replies, slots 2..γ, split at branch points"))
+
+
+def say_split(gaps: Mapping[str, Any], deficit: Mapping[str, float]) -> None:
+    """Where DFlash loses against the baseline: on clean slots, on branched ones, and whether more there."""
+    parts = []
+    for d in DOMAINS:
+        g = gaps[d]
+        parts.append(f"in {d} DFlash is {verdicts.compared(g['clean'])} the baseline on clean slots ({g['clean'].text(3)}) "
+                     f"and {verdicts.compared(g['branched'])} it after a branch point ({g['branched'].text(3)}); "
+                     f"the branched gap is {verdicts.compared(g['branched minus clean'], 'wider than', 'narrower than', 'as wide as (within noise)')} "
+                     f"the clean one, and {100 * deficit[d]:.0f}% of DFlash's deficit sits after branch points" if deficit[d] == deficit[d]
+                     else f"in {d} DFlash has no deficit against the baseline over slots 2..γ")
+    say("Measured on this run's drafters: " + "; ".join(parts) + ".")
+
+
+def crossover_points(dflash: Mapping[str, Any], eagles: Mapping[float, Mapping[str, Any]], seed: int
+                     ) -> pd.DataFrame:
+    """One row per (capacity ratio, domain): both taus and DFlash's gain over the baseline, in
+    percent, with its interval (paired: same prompts, seeds resampled)."""
+    rows = []
+    for ratio, eagle in sorted(eagles.items()):
+        for d in DOMAINS:
+            gain = verdicts.macro_gain({d: dflash[d].per_generation}, {d: eagle[d].per_generation}, seed=seed)
+            rows.append({"capacity ratio": ratio, "domain": d, "tau DFlash": dflash[d].tau, "tau EAGLE-style": eagle[d].tau,
+                         "gain": gain})
+    return pd.DataFrame(rows)
+
+
+def show_crossover(points: pd.DataFrame, dependency_share: Mapping[str, float], paper_ratio: float,
+                   paper_tau: Mapping[str, Mapping[str, float]]) -> None:
+    """The map: DFlash's gain over the baseline against the capacity ratio, one line per domain
+    (labelled with its in-block dependency share), with the paper's Qwen3-4B point."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    for d in DOMAINS:
+        part = points[points["domain"] == d]
+        gain = part["gain"].tolist()
+        mid = np.array([g.estimate for g in gain])
+        ax.errorbar(part["capacity ratio"], mid, yerr=[mid - [g.low for g in gain], [g.high for g in gain] - mid], fmt="o-",
+                    capsize=3, color=plots.DOMAIN_COLORS[d], label=f"{d} (dependency share {100 * dependency_share[d]:.0f}%)")
+        paper = 100 * (paper_tau["dflash"][d] / paper_tau["eagle"][d] - 1)
+        ax.scatter([paper_ratio], [paper], marker="*", s=140, color=plots.DOMAIN_COLORS[d], edgecolors="black", zorder=5)
+    ax.axhline(0, color="grey", lw=1, ls="--")
+    ax.axvline(paper_ratio, color="grey", lw=0.8, ls=":")
+    ax.annotate("Qwen3-4B (paper), stars", (paper_ratio, ax.get_ylim()[1]), fontsize=8, va="top", ha="left")
+    ax.set_xlabel("capacity ratio: baseline's non-embedding parameters / DFlash's")
+    ax.set_ylabel("tau(DFlash) / tau(EAGLE-style) - 1 (%)")
+    ax.set_title("Where parallel drafting wins: above the dashed line (95% bars)", fontsize=10)
+    ax.legend(fontsize=8)
+    plt.show()
+    table = points.assign(gain=[g.text(1) for g in points["gain"]]).rename(columns={"gain": "DFlash's gain (%) [95%]"})
+    display(titled(table, "The crossover map: lean recipe, every drafter from the same seeds and replies", 2))
+
+
+def crossover_verdicts(points: pd.DataFrame) -> dict[str, list[str]]:
+    """Per domain, each capacity ratio's verdict in order: 'DFlash', 'baseline' or 'tie'."""
+    word = lambda g: "DFlash" if g.above_zero else "baseline" if g.below_zero else "tie"
+    return {d: [word(g) for g in points[points["domain"] == d]["gain"]] for d in DOMAINS}
+
+
+def say_crossover(points: pd.DataFrame, paper_ratio: float, full_dflash: Mapping[str, float]) -> None:
+    """Per domain, who wins at each capacity ratio, what the point nearest the paper's ratio says, and
+    how far the lean recipe's DFlash sits from Table 1's (`full_dflash`: its tau per domain)."""
+    ratios = sorted(points["capacity ratio"].unique())
+    calls = crossover_verdicts(points)
+    nearest = int(np.argmin([abs(r - paper_ratio) for r in ratios]))
+    say(f"At capacity ratios {', '.join(f'{r:.2f}' for r in ratios)}, the higher tau per domain is: "
+        + "; ".join(f"{d} {', '.join(calls[d])}" for d in DOMAINS)
+        + f". Nearest the paper's ratio ({paper_ratio:.2f}), at {ratios[nearest]:.2f}: "
+        + ", ".join(f"{d} {calls[d][nearest]}" for d in DOMAINS) + ". The lean recipe's DFlash reaches "
+        + ", ".join(f"{points[points['domain'] == d]['tau DFlash'].iloc[0]:.2f} in {d} (Table 1's recipe: {full_dflash[d]:.2f})"
+                    for d in DOMAINS) + ".")
+
+
+def loss_ablation(eagle3: Mapping[str, Any], tv: Mapping[str, Any], seed: int) -> verdicts.Interval:
+    """The baseline trained on Eagle3's loss against the same baseline trained on CE + TV, macro
+    gain in percent (paired)."""
+    return verdicts.macro_gain({d: eagle3[d].per_generation for d in DOMAINS}, {d: tv[d].per_generation for d in DOMAINS},
+                               seed=seed)
+
+
+def say_reasons(points: pd.DataFrame, loss_gain: verdicts.Interval, ratio_tv: float, gaps: Mapping[str, Any],
+                deficit: Mapping[str, float], slot1: Mapping[str, Mapping[str, float]]) -> None:
+    """What decides the ordering, from this section's measurements."""
+    calls = crossover_verdicts(points)
+    smallest, largest = min(points["capacity ratio"]), max(points["capacity ratio"])
+    say(f"**Size.** At the smallest baseline (capacity ratio {smallest:.2f}) DFlash has the higher tau in "
+        f"{sum(c[0] == 'DFlash' for c in calls.values())} of {len(DOMAINS)} domains; at the largest ({largest:.2f}) in "
+        f"{sum(c[-1] == 'DFlash' for c in calls.values())}, and the baseline in {sum(c[-1] == 'baseline' for c in calls.values())}. "
+        f"**Loss.** At capacity ratio {ratio_tv:.2f}, Eagle3's soft cross-entropy against the parallel drafters' CE + TV "
+        f"moves the baseline's macro tau by {loss_gain.text(1)}% ({verdicts.compared(loss_gain, 'a gain', 'a loss', 'a tie')}). "
+        f"**Branch points.** DFlash's deficit over slots 2..γ sits "
+        + ", ".join(f"{100 * deficit[d]:.0f}% after branch points in {d}" for d in DOMAINS if deficit[d] == deficit[d])
+        + ". **Slot 1** (always clean): " + ", ".join(f"{d} DFlash {slot1['dflash'][d]:.3f}, baseline {slot1['eagle'][d]:.3f}"
+                                                    for d in DOMAINS) + ".")
+
+
+def verdict_rows(acceptance: Mapping[str, Mapping[str, Any]], paper_tau: Mapping[str, Mapping[str, float]], window: float,
+                 points: pd.DataFrame, paper_ratio: float) -> list[tuple[str, str, str, bool]]:
+    """The box's rows for this section: the baseline's calibration, and the ordering at the paper's ratio."""
+    eagle_in = all(abs(acceptance["eagle"][d].tau - paper_tau["eagle"][d]) <= window for d in DOMAINS)
+    ratios = sorted(points["capacity ratio"].unique())
+    nearest = ratios[int(np.argmin([abs(r - paper_ratio) for r in ratios]))]
+    at_paper = points[points["capacity ratio"] == nearest]
+    return [
+        (f"The autoregressive baseline's tau also in the paper's regime (within ±{window} of Eagle3's in every domain)",
+         " / ".join(f"{paper_tau['eagle'][d]:.2f}" for d in DOMAINS),
+         " / ".join(f"{acceptance['eagle'][d].tau:.2f}" for d in DOMAINS), bool(eagle_in)),
+        (f"At the paper's capacity ratio ({paper_ratio:.2f}; nearest measured {nearest:.2f}), DFlash out-accepts the "
+         "baseline in every domain (lean recipe; gain's 95% interval above zero)",
+         " / ".join(f"{100 * (paper_tau['dflash'][d] / paper_tau['eagle'][d] - 1):+.0f}%" for d in DOMAINS),
+         ", ".join(f"{r['domain']} {r['gain'].text(1)}%" for _, r in at_paper.iterrows()),
+         bool(all(g.above_zero for g in at_paper["gain"]))),
+    ]
+
+
+def result(*, points: pd.DataFrame, means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mapping[str, float],
+           loss_gain: verdicts.Interval, ratio_tv: float, tv_tau: Mapping[str, float], dependency_share: Mapping[str, float],
+           paper_ratio: float, seeds: Sequence[int], threshold: float) -> dict:
+    """Section 3.9's numbers for the chapter's result file."""
+    triple = lambda i: [i.estimate, i.low, i.high]
+    return {
+        "seeds": list(seeds), "branch_entropy": threshold, "paper_capacity_ratio": paper_ratio,
+        "dependency_share": dict(dependency_share),
+        "map": [{"capacity_ratio": float(r["capacity ratio"]), "domain": r["domain"], "tau_dflash": float(r["tau DFlash"]),
+                 "tau_eagle": float(r["tau EAGLE-style"]), "gain_percent": triple(r["gain"])} for _, r in points.iterrows()],
+        "split": {k: {d: {part: float(np.nanmean(v[part])) for part in ("clean", "branched", "share")} for d, v in by_d.items()}
+                  for k, by_d in means.items()},
+        "split_gap": {d: {part: triple(v) for part, v in g.items()} for d, g in gaps.items()},
+        "deficit_share_branched": dict(deficit),
+        "loss_ablation": {"capacity_ratio": ratio_tv, "tv_tau": dict(tv_tau), "eagle3_over_tv_percent": triple(loss_gain)},
+    }
