@@ -126,12 +126,32 @@ def test_zoo_maps_the_recipe_and_rejects_unknown_kinds():
         zoo.load_or_train_drafter(None, "medusa", recipe)
 
 
+def test_the_baseline_trains_on_eagle3s_loss_and_its_ablation_on_the_parallel_drafters():
+    """"eagle": soft cross-entropy alone with step weights 0.8^(k-1); "eagle-tv" (the book's earlier
+    baseline: its shape, CE + TV) and every parallel drafter: the recipe's CE + TV."""
+    from dspark_lite import loss
+
+    recipe = get_profile("full").drafter
+    eagle = zoo.train_config(recipe, "eagle")
+    assert (eagle.ce_weight, eagle.tv_weight, eagle.soft_ce_weight) == (0.0, 0.0, 1.0)
+    assert loss.position_weights(7, eagle.loss_decay).tolist() == pytest.approx([0.8 ** k for k in range(7)])
+    for kind in ("eagle-tv", "dflash", "dspark-markov"):
+        cfg = zoo.train_config(recipe, kind)
+        assert (cfg.ce_weight, cfg.tv_weight, cfg.soft_ce_weight, cfg.loss_decay) == (0.1, 0.9, 0.0, recipe.loss_decay)
+    assert zoo.train_config(replace(recipe, eagle_loss="dspark"), "eagle").soft_ce_weight == 0.0
+    old = zoo.tv_baseline_recipe(recipe)
+    assert (old.eagle_intermediate_size, old.eagle_num_heads, old.eagle_head_dim, old.eagle_loss) == (32, 2, None, "dspark")
+    with pytest.raises(ValueError, match="eagle_loss must be 'eagle3' or 'dspark'"):
+        replace(recipe, eagle_loss="kl")
+
+
 def test_ablation_recipe_is_lean_alike_for_every_kind_and_keeps_slots_per_sequence():
     profile = get_profile("full")
     for gamma in (4, 7, 16):
         lean = zoo.ablation_recipe(profile.drafter, profile.heads, gamma, layers=3)
         assert (lean.gamma, lean.dflash_layers) == (gamma, 3)
-        assert {zoo.training_steps(k, lean) for k in ("dflash", "dspark-markov")} == {profile.heads.ablation_steps}
+        assert {zoo.training_steps(k, lean) for k in ("dflash", "dspark-markov", "eagle", "eagle-tv")} == {
+            profile.heads.ablation_steps}
         assert lean.anchors_per_sequence == profile.heads.ablation_block_tokens // gamma
         assert lean.training_replies == profile.drafter.training_replies  # the same cached replies
 

@@ -91,3 +91,14 @@ def test_the_result_holds_every_number() -> None:
                        dependency_share=dict.fromkeys(DOMAINS, 0.1), paper_ratio=0.28, seeds=[0, 1], threshold=0.5)
     assert out["map"][0]["gain_percent"] == [5.0, 2.0, 8.0] and out["loss_ablation"]["eagle3_over_tv_percent"] == [1.0, -2.0, 4.0]
     assert out["split"]["dflash"]["chat"]["branched"] == pytest.approx(0.6, abs=0.01)
+
+
+def test_the_baseline_calibration_sentence_says_why_one_world_cannot_hold_both(said: list[str]) -> None:
+    paper = {"dflash": {"math": 4.80, "code": 4.44, "chat": 2.95}, "eagle": {"math": 4.56, "code": 3.87, "chat": 2.40}}
+    tau = lambda m, c, ch: {"math": SimpleNamespace(tau=m), "code": SimpleNamespace(tau=c), "chat": SimpleNamespace(tau=ch)}
+    flat = {0.24: tau(2.3, 2.6, 2.3), 0.42: tau(3.9, 4.2, 3.8)}
+    ch03x.say_baseline_calibration(tau(2.8, 3.2, 2.9), flat, paper, 0.75)
+    ch03x.say_baseline_calibration(tau(4.5, 3.9, 2.5), {0.24: tau(4.5, 3.9, 2.5)}, paper, 0.75)
+    assert "outside the window (±0.75) in math" in said[0] and "no size gives Eagle3's shape" in said[0]
+    assert "1.00 at capacity ratio 0.24" in said[0] and "Eagle3's math is 1.90 times its chat" in said[0]
+    assert "inside the window (±0.75) in every domain" in said[1] and "both calibrations could be held" in said[1]

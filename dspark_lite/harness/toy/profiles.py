@@ -152,7 +152,7 @@ class HeadStudy:
 
 @dataclass(frozen=True)
 class CrossoverStudy:
-    """Chapter 03's crossover map (`crossover.sweep`): the baseline's layer shapes, each (MLP width,
+    """The crossover map's sizes (`crossover.sweep`): the baseline's layer shapes, each (MLP width,
     attention heads, head width; None: the target's), DFlash at the recipe's, all on the lean
     recipe of the head ablations; eval_prompts / eval_samples: held-out prompts per domain and
     generations per prompt of each drafter's tau; branch_entropy: the target's entropy (nats) above
@@ -345,7 +345,7 @@ _FULL = Profile(
         sim_steps=400, sim_replays=4,
         tiny_vocab=400, tiny_hidden=64, tiny_layers=4, tiny_heads=4, tiny_draft_layers=2, tiny_head_rank=16,
     ),
-    crossover=CrossoverStudy(eagle_shapes=((24, 1, 8), (8, 1, 32), (32, 2, None)), eval_prompts=20, eval_samples=2,
+    crossover=CrossoverStudy(eagle_shapes=((24, 1, 8), (8, 1, 32), (32, 2, None)), eval_prompts=20, eval_samples=1,
                              branch_entropy=0.5),
 )
 
