@@ -47,14 +47,21 @@ def test_split_summaries_put_the_deficit_where_it_was_planted() -> None:
     assert not gaps["chat"]["clean"].above_zero and not gaps["chat"]["clean"].below_zero
     assert gaps["chat"]["branched"].below_zero and gaps["chat"]["branched minus clean"].below_zero
     assert gaps["chat"]["branched"].estimate == pytest.approx(-0.3, abs=0.01)
-    deficit = ch03x.deficit_share(means)
-    assert deficit["chat"] == pytest.approx(1.0, abs=0.05)
+    deficit = ch03x.deficit_parts(means)
+    assert deficit["chat"]["branched"] == pytest.approx(0.4 * 0.3, abs=0.01) and abs(deficit["chat"]["clean"]) < 0.01
+    assert ch03x.deficit_words(deficit["chat"]).startswith("10") and "% of DFlash's deficit" in ch03x.deficit_words(deficit["chat"])
+    assert ch03x.deficit_words({"clean": -0.05, "branched": 0.1}).startswith("all of DFlash's deficit")
+    assert ch03x.deficit_words({"clean": 0.02, "branched": 0.06}).startswith("75% of DFlash's deficit")
 
 
-def test_split_deficit_is_nan_when_dflash_has_none() -> None:
+def test_split_says_no_deficit_when_dflash_has_none(said: list[str]) -> None:
     split = {"dflash": {d: [one_seed_split(0.9, 0.9, 0.3)] * 2 for d in DOMAINS},
-             "eagle": {d: [one_seed_split(0.7, 0.7, 0.3)] * 2 for d in DOMAINS}}
-    assert all(np.isnan(v) for v in ch03x.deficit_share(ch03x.split_means(split)).values())
+             "eagle": {d: [one_seed_split(0.7, 0.6, 0.3)] * 2 for d in DOMAINS}}
+    means = ch03x.split_means(split)
+    deficit = ch03x.deficit_parts(means)
+    assert all(ch03x.deficit_words(v) == "over slots 2..γ DFlash has no deficit against the baseline" for v in deficit.values())
+    ch03x.say_split(ch03x.split_gaps(means, 0), deficit)
+    assert "in chat DFlash is above the baseline on clean slots" in said[0] and "its standing rises after branch points" in said[0]
 
 
 def points(gains: dict[float, dict[str, Interval]]) -> pd.DataFrame:
@@ -87,7 +94,7 @@ def test_the_result_holds_every_number() -> None:
     split = {k: {d: [one_seed_split(0.8, 0.6, 0.3)] * 2 for d in DOMAINS} for k in ("dflash", "eagle")}
     means = ch03x.split_means(split)
     out = ch03x.result(points=points({0.24: dict.fromkeys(DOMAINS, ABOVE)}), means=means, gaps=ch03x.split_gaps(means, 0),
-                       deficit=ch03x.deficit_share(means), loss_gain=TIE, ratio_tv=0.42, tv_tau=dict.fromkeys(DOMAINS, 3.0),
+                       deficit=ch03x.deficit_parts(means), loss_gain=TIE, ratio_tv=0.42, tv_tau=dict.fromkeys(DOMAINS, 3.0),
                        dependency_share=dict.fromkeys(DOMAINS, 0.1), paper_ratio=0.28, seeds=[0, 1], threshold=0.5)
     assert out["map"][0]["gain_percent"] == [5.0, 2.0, 8.0] and out["loss_ablation"]["eagle3_over_tv_percent"] == [1.0, -2.0, 4.0]
     assert out["split"]["dflash"]["chat"]["branched"] == pytest.approx(0.6, abs=0.01)

@@ -61,19 +61,29 @@ def split_gaps(means: Mapping[str, Any], seed: int) -> dict[str, dict[str, verdi
     return gaps
 
 
-def deficit_share(means: Mapping[str, Any]) -> dict[str, float]:
-    """The share of DFlash's deficit against the baseline over slots 2..gamma that sits on branched
-    slots: share x gap_branched / (share x gap_branched + (1 - share) x gap_clean), from seed means."""
+def deficit_parts(means: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """DFlash's deficit against the baseline over slots 2..gamma, per slot, in its two parts: the
+    clean slots' (1 - share) x (baseline - DFlash) and the branched slots' share x (baseline - DFlash),
+    from seed means (a negative part: DFlash is ahead there)."""
     out = {}
     for d in DOMAINS:
         share = float(_nanmean(means["dflash"][d]["share"]))
         gap = {part: float(_nanmean(means["eagle"][d][part] - means["dflash"][d][part])) for part in ("clean", "branched")}
-        total = share * gap["branched"] + (1 - share) * gap["clean"]
-        out[d] = share * gap["branched"] / total if total > 0 else float("nan")
+        out[d] = {"clean": (1 - share) * gap["clean"], "branched": share * gap["branched"]}
     return out
 
 
-def show_split(means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mapping[str, float], threshold: float,
+def deficit_words(parts: Mapping[str, float]) -> str:
+    """Where DFlash's deficit over slots 2..gamma sits, in words."""
+    clean, branched = parts["clean"], np.nan_to_num(parts["branched"])
+    if clean + branched <= 0:
+        return "over slots 2..γ DFlash has no deficit against the baseline"
+    if clean < 0:
+        return "all of DFlash's deficit over slots 2..γ sits after branch points (on clean slots it is ahead)"
+    return f"{100 * branched / (clean + branched):.0f}% of DFlash's deficit over slots 2..γ sits after branch points"
+
+
+def show_split(means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mapping[str, Mapping[str, float]], threshold: float,
                n_seeds: int) -> None:
     """Figure and table: each drafter's acceptance on clean and on branched slots 2..gamma per domain."""
     fig, axes = plt.subplots(1, len(DOMAINS), figsize=(7, 2.8), sharey=True, layout="constrained")
@@ -99,21 +109,22 @@ def show_split(means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mappi
         "branched share of slots 2..γ": {d: f"{100 * _nanmean(means['dflash'][d]['share']):.0f}%" for d in DOMAINS},
         "DFlash - EAGLE-style, clean": {d: gaps[d]["clean"].text(3) for d in DOMAINS},
         "DFlash - EAGLE-style, branched": {d: gaps[d]["branched"].text(3) for d in DOMAINS},
-        "share of DFlash's deficit on branched slots": {d: f"{100 * deficit[d]:.0f}%" for d in DOMAINS},
+        "DFlash's deficit per slot: clean + branched parts": {d: f"{deficit[d]['clean']:+.3f} + {deficit[d]['branched']:+.3f}"
+                                                             for d in DOMAINS},
     })
     display(titled(table, "Per-slot acceptance on held-out target replies, slots 2..γ, split at branch points"))
 
 
-def say_split(gaps: Mapping[str, Any], deficit: Mapping[str, float]) -> None:
-    """Where DFlash loses against the baseline: on clean slots, on branched ones, and whether more there."""
+def say_split(gaps: Mapping[str, Any], deficit: Mapping[str, Mapping[str, float]]) -> None:
+    """Where DFlash stands against the baseline on clean slots and after branch points, and where its deficit sits."""
     parts = []
     for d in DOMAINS:
         g = gaps[d]
+        change = g["branched minus clean"]
         parts.append(f"in {d} DFlash is {verdicts.compared(g['clean'])} the baseline on clean slots ({g['clean'].text(3)}) "
-                     f"and {verdicts.compared(g['branched'])} it after a branch point ({g['branched'].text(3)}); "
-                     f"the branched gap is {verdicts.compared(g['branched minus clean'], 'wider than', 'narrower than', 'as wide as (within noise)')} "
-                     f"the clean one, and {100 * deficit[d]:.0f}% of DFlash's deficit sits after branch points" if deficit[d] == deficit[d]
-                     else f"in {d} DFlash has no deficit against the baseline over slots 2..γ")
+                     f"and {verdicts.compared(g['branched'])} it after a branch point ({g['branched'].text(3)}); its standing "
+                     f"{verdicts.compared(change, 'rises', 'drops', 'does not change (within noise)')} after branch points "
+                     f"({change.text(3)}), and {deficit_words(deficit[d])}")
     say("Measured on this run's drafters: " + "; ".join(parts) + ".")
 
 
@@ -151,7 +162,8 @@ def show_crossover(points: pd.DataFrame, dependency_share: Mapping[str, float], 
     ax.set_title("Where parallel drafting wins: above the dashed line (95% bars)", fontsize=10)
     ax.legend(fontsize=9)
     plt.show()
-    table = points.assign(gain=[g.text(1) for g in points["gain"]]).rename(columns={"gain": "DFlash's gain (%) [95%]"})
+    table = (points.assign(gain=[g.text(1) for g in points["gain"]]).rename(columns={"gain": "DFlash's gain (%) [95%]"})
+             .set_index(["capacity ratio", "domain"]))
     display(titled(table, "The crossover map: lean recipe, every drafter from the same seeds and replies", 2))
 
 
@@ -189,7 +201,7 @@ def loss_ablation(eagle3: Mapping[str, Any], tv: Mapping[str, Any], seed: int) -
 
 
 def say_reasons(points: pd.DataFrame, loss_gain: verdicts.Interval, ratio_tv: float, gaps: Mapping[str, Any],
-                deficit: Mapping[str, float], slot1: Mapping[str, Mapping[str, float]]) -> None:
+                deficit: Mapping[str, Mapping[str, float]], slot1: Mapping[str, Mapping[str, float]]) -> None:
     """What decides the ordering, from this section's measurements."""
     calls = crossover_verdicts(points)
     smallest, largest = min(points["capacity ratio"]), max(points["capacity ratio"])
@@ -198,8 +210,7 @@ def say_reasons(points: pd.DataFrame, loss_gain: verdicts.Interval, ratio_tv: fl
         f"{sum(c[-1] == 'DFlash' for c in calls.values())}, and the baseline in {sum(c[-1] == 'baseline' for c in calls.values())}. "
         f"**Loss.** At capacity ratio {ratio_tv:.2f}, Eagle3's soft cross-entropy against the parallel drafters' CE + TV "
         f"moves the baseline's macro tau by {loss_gain.text(1)}% ({verdicts.compared(loss_gain, 'a gain', 'a loss', 'a tie')}). "
-        f"**Branch points.** DFlash's deficit over slots 2..γ sits "
-        + ", ".join(f"{100 * deficit[d]:.0f}% after branch points in {d}" for d in DOMAINS if deficit[d] == deficit[d])
+        f"**Branch points.** " + "; ".join(f"in {d}, {deficit_words(deficit[d])}" for d in DOMAINS)
         + ". **Slot 1** (always clean): " + ", ".join(f"{d} DFlash {slot1['dflash'][d]:.3f}, baseline {slot1['eagle'][d]:.3f}"
                                                     for d in DOMAINS) + ".")
 
@@ -223,7 +234,7 @@ def verdict_rows(acceptance: Mapping[str, Mapping[str, Any]], paper_tau: Mapping
     ]
 
 
-def result(*, points: pd.DataFrame, means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mapping[str, float],
+def result(*, points: pd.DataFrame, means: Mapping[str, Any], gaps: Mapping[str, Any], deficit: Mapping[str, Mapping[str, float]],
            loss_gain: verdicts.Interval, ratio_tv: float, tv_tau: Mapping[str, float], dependency_share: Mapping[str, float],
            paper_ratio: float, seeds: Sequence[int], threshold: float) -> dict:
     """Section 3.9's numbers for the chapter's result file."""
@@ -236,7 +247,7 @@ def result(*, points: pd.DataFrame, means: Mapping[str, Any], gaps: Mapping[str,
         "split": {k: {d: {part: float(_nanmean(v[part])) for part in ("clean", "branched", "share")} for d, v in by_d.items()}
                   for k, by_d in means.items()},
         "split_gap": {d: {part: triple(v) for part, v in g.items()} for d, g in gaps.items()},
-        "deficit_share_branched": dict(deficit),
+        "deficit_parts": {d: dict(v) for d, v in deficit.items()},
         "loss_ablation": {"capacity_ratio": ratio_tv, "tv_tau": dict(tv_tau), "eagle3_over_tv_percent": triple(loss_gain)},
     }
 
