@@ -145,7 +145,7 @@ def show_crossover(points: pd.DataFrame, dependency_share: Mapping[str, float], 
                    paper_tau: Mapping[str, Mapping[str, float]]) -> None:
     """The map: DFlash's gain over the baseline against the capacity ratio, one line per domain
     (labelled with its in-block dependency share), with the paper's Qwen3-4B point."""
-    fig, ax = plt.subplots(figsize=(7.2, 3.4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
     for d in DOMAINS:
         part = points[points["domain"] == d]
         gain = part["gain"].tolist()
