@@ -145,6 +145,29 @@ def test_the_baseline_trains_on_eagle3s_loss_and_its_ablation_on_the_parallel_dr
         replace(recipe, eagle_loss="kl")
 
 
+def test_dflash_and_dspark_share_the_recipes_thin_backbone():
+    """Five thin layers as the paper's (one attention head, one key/value head, a narrow MLP): DFlash
+    and every DSpark kind get the same backbone, weight for weight in shape; the head is DSpark's own."""
+    from types import SimpleNamespace
+
+    from test_drafters import LAYER_IDS, MASK_ID
+
+    world = SimpleNamespace(target=tiny_target(), tokenizer=SimpleNamespace(mask_token_id=MASK_ID))
+    recipe = replace(get_profile("smoke").drafter, target_layer_ids=LAYER_IDS, dflash_layers=5,
+                     draft_intermediate_size=12, draft_num_heads=1, draft_head_dim=8)
+    shapes = {}
+    for kind in ("dflash", "dspark-markov", "dspark-rnn", "dspark-confidence"):
+        drafter = zoo.BUILDERS[kind](world, recipe, 0)
+        layer = drafter.layers[0].self_attn
+        assert len(drafter.layers) == 5
+        assert (layer.q_proj.out_features, layer.k_proj.out_features, layer.v_proj.out_features) == (8, 8, 8)
+        assert drafter.layers[0].mlp.gate_proj.out_features == 12
+        shapes[kind] = {k: tuple(v.shape) for k, v in drafter.state_dict().items() if k.startswith(("fc", "layers"))}
+    assert all(s == shapes["dflash"] for s in shapes.values())
+    wide = zoo.build_dflash(world, replace(recipe, draft_num_heads=None, draft_head_dim=None), 0).layers[0].self_attn
+    assert (wide.q_proj.out_features, wide.k_proj.out_features) == (32, 16)  # None: the target's 4 x 8 and 2 x 8
+
+
 def test_ablation_recipe_is_lean_alike_for_every_kind_and_keeps_slots_per_sequence():
     profile = get_profile("full")
     for gamma in (4, 7, 16):

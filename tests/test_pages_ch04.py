@@ -106,3 +106,16 @@ def test_the_head_cost_sentence_reads_the_table(said: list[str]) -> None:
     assert "about 100 microseconds per slot at gamma = 4" in said[0] and "grows with gamma" in said[0]
     assert "0.40 ms, 2.0% of the round (under a tenth of it)" in said[0] and "0.07M parameters on a CPU" in said[0]
     assert isinstance(overhead, pd.DataFrame)
+
+
+def test_figure3_runs_a_shallow_dspark_and_both_drafters_at_the_backbones_depth():
+    """As the paper's Figure 3: a 2-layer DSpark against DFlash at the backbone's 5 layers, with DSpark at
+    the backbone's depth too (what the head adds at equal depth); a deeper DFlash only when the study asks."""
+    from dspark_lite.harness.toy.profiles import get_profile
+
+    full = get_profile("full")
+    assert ch04_ablations.depth_runs(full.drafter, full.heads) == [
+        ("dspark-markov", 2), ("dspark-markov", 5), ("dflash", 5)]
+    study = SimpleNamespace(depth_layers=(1, 2), deep_dflash_layers=7)
+    assert ch04_ablations.depth_runs(SimpleNamespace(dflash_layers=2), study) == [
+        ("dspark-markov", 1), ("dspark-markov", 2), ("dflash", 2), ("dflash", 7)]

@@ -40,7 +40,8 @@ def test_paper_shares_are_about_4_and_15_percent() -> None:
 
 def test_share_rows_hold_each_drafter_to_a_band_around_its_paper_share() -> None:
     """Within a factor 1.5 of the paper's share counts; 1.8 times it (the book's earlier baseline) does
-    not; the depth rows are shown without a line held to them."""
+    not; the depth ratio is held to the same band around the paper's 5 : 1 (the book's earlier 2 : 1
+    falls outside it), the draft layer's share of the target's depth is only shown."""
     target = tiny_qwen3()
     total = regime.non_embedding_parameters(target)
     paper = regime.paper_parameter_shares()
@@ -58,8 +59,15 @@ def test_share_rows_hold_each_drafter_to_a_band_around_its_paper_share() -> None
     assert by_name["DFlash: non-embedding parameters / target's"]["inside"] is True
     assert by_name["EAGLE-style: non-embedding parameters / target's"]["paper's side of the line"] == "2.7% to 6.2%"
     depth = by_name["depth: DFlash's decoder layers : the EAGLE-style baseline's"]
-    assert (depth["toy world"], depth["paper (Qwen3-4B)"], depth["inside"]) == ("2 : 1", "5 : 1", None)
+    assert (depth["toy world"], depth["paper (Qwen3-4B)"], depth["inside"]) == ("2 : 1", "5 : 1", False)
+    assert depth["paper's side of the line"] == "3.3 : 1 to 7.5 : 1"
     assert by_name["one draft layer's share of the target's depth"]["toy world"] == "1/3"
+    assert by_name["one draft layer's share of the target's depth"]["inside"] is None
+    for layers, inside in ((3, False), (4, True), (5, True), (7, True), (8, False)):
+        rows = regime.regime_rows(target, {"EAGLE-style": drafter(paper["EAGLE-style"], 1),
+                                           "DFlash": drafter(paper["DFlash"], layers)}, (1,), {}, CorpusKnobs())
+        row = next(r for r in rows if r["property"].startswith("depth: DFlash"))
+        assert (row["toy world"], row["inside"]) == (f"{layers} : 1", inside)
 
 
 def test_the_head_row_counts_the_head_against_its_backbone() -> None:

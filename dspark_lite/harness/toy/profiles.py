@@ -67,9 +67,11 @@ class DrafterRecipe:
     latency_gammas / latency_repeats: the draft-latency sweep.
     collision_contexts / collision_samples: the multimodal-collision exhibit's size.
     head_rank: r of DSpark's Markov and RNN heads (256 for Qwen3-4B).
-    draft_intermediate_size: the MLP width of every draft layer (None: the target's). The
-        drafters keep the target's hidden size (they share its embedding and LM head); a
-        narrower MLP is what keeps them small beside the target, as the paper's are (the
+    dflash_layers / draft_intermediate_size / draft_num_heads / draft_head_dim: the parallel
+        backbone's (DFlash's and DSpark's) depth, and every draft layer's MLP width, attention
+        heads (one key/value head) and head width (None: the target's). The drafters keep the
+        target's hidden size (they share its embedding and LM head); thin layers are what let
+        the backbone be 5 layers deep, as the paper's, at the paper's share of the target (the
         regime table).
     eagle_intermediate_size / eagle_num_heads / eagle_head_dim: the EAGLE-style layer's MLP
         width, attention heads (one key/value head) and head width (None: the target's). Eagle3's
@@ -107,6 +109,8 @@ class DrafterRecipe:
     head_rank: int
     finetune_steps: int
     draft_intermediate_size: int | None = None
+    draft_num_heads: int | None = None
+    draft_head_dim: int | None = None
     eagle_intermediate_size: int | None = None
     eagle_num_heads: int | None = None
     eagle_head_dim: int | None = None
@@ -125,9 +129,9 @@ class HeadStudy:
         ablation drafter gets (all alike, so they compare with each other; the book prints how
         close to the full recipe's tau they get); anchors per sequence = ablation_block_tokens //
         gamma, so every block size sees the same number of supervised slots.
-    depth_layers / deep_dflash_layers / depth_gamma: Figure 3's DSpark depths, the deeper
-        DFlash, and their block size (one of Figure 4's, so its 2-layer drafters serve both).
-        As the paper's Figure 3, a DSpark at the backbone's depth against a deeper DFlash.
+    depth_layers / deep_dflash_layers / depth_gamma: Figure 3's shallow DSpark depths, its DFlash
+        depth, and their block size (one of Figure 4's, so its drafters at the backbone's depth serve
+        both). As the paper's Figure 3, a 2-layer DSpark against DFlash at the backbone's 5 layers.
     ablation_gammas: Figure 4's block sizes; as the paper's two (7 and 15), a block and one
         about twice as long (each block size costs a pair of drafters' training).
     ablation_eval_prompts / ablation_eval_samples: the ablations' acceptance measurement.
@@ -318,17 +322,17 @@ _FULL = Profile(
     race_repeats=5,
     gammas=(1, 2, 3, 4, 6, 8),
     drafter=DrafterRecipe(
-        gamma=7, target_layer_ids=(1, 3), dflash_layers=2, eagle_layers=1,
+        gamma=7, target_layer_ids=(1, 3), dflash_layers=5, eagle_layers=1,
         training_replies=1500, reply_tokens=128, steps=2000, eagle_steps=2000, dspark_steps=2000, sequences_per_batch=4,
         anchors_per_sequence=32, lr=3e-3, warmup_steps=30, ce_weight=0.1, tv_weight=0.9,
         loss_decay=4.0, eval_prompts=40, eval_new_tokens=128, eval_samples=2,
         latency_gammas=(1, 2, 4, 8, 12, 16), latency_repeats=20,
         collision_contexts=20, collision_samples=10, head_rank=8, finetune_steps=500,
-        draft_intermediate_size=96, eagle_intermediate_size=24, eagle_num_heads=1, eagle_head_dim=8,
+        draft_intermediate_size=48, draft_num_heads=1, draft_head_dim=32, eagle_intermediate_size=24, eagle_num_heads=1, eagle_head_dim=8,
     ),
     heads=HeadStudy(
         ablation_steps=1600, ablation_sequences_per_batch=2, ablation_block_tokens=224, depth_layers=(2,),
-        deep_dflash_layers=4, depth_gamma=8, ablation_gammas=(8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
+        deep_dflash_layers=5, depth_gamma=8, ablation_gammas=(8, 16), ablation_eval_prompts=20, ablation_eval_samples=1,
         race_prompts=8, race_new_tokens=128, race_repeats=3, overhead_repeats=40,
     ),
     confidence=ConfidenceStudy(rollout_prompts=40, rollout_samples=3, frozen_head_steps=300, resplits=8,
@@ -372,13 +376,13 @@ _SMOKE = Profile(
     race_repeats=2,
     gammas=(1, 3),
     drafter=DrafterRecipe(
-        gamma=4, target_layer_ids=(1,), dflash_layers=1, eagle_layers=1,
+        gamma=4, target_layer_ids=(1,), dflash_layers=2, eagle_layers=1,
         training_replies=24, reply_tokens=24, steps=8, eagle_steps=6, dspark_steps=6, sequences_per_batch=4,
         anchors_per_sequence=8, lr=3e-3, warmup_steps=2, ce_weight=0.1, tv_weight=0.9,
         loss_decay=4.0, eval_prompts=2, eval_new_tokens=16, eval_samples=1,
         latency_gammas=(1, 4), latency_repeats=2,
         collision_contexts=2, collision_samples=2, head_rank=8, finetune_steps=4,
-        draft_intermediate_size=8,
+        draft_intermediate_size=8, draft_num_heads=1, draft_head_dim=16,
     ),
     heads=HeadStudy(
         ablation_steps=3, ablation_sequences_per_batch=2, ablation_block_tokens=16, depth_layers=(1,),

@@ -210,10 +210,13 @@ def regime_rows(target: nn.Module, drafters: dict[str, nn.Module], layer_ids: Se
     depths = {name: len(drafter.layers) for name, drafter in drafters.items() if name in PAPER_DRAFT_LAYERS}
     if len(depths) == 2:
         layers = target.config.num_hidden_layers
+        paper_ratio = PAPER_DRAFT_LAYERS["DFlash"] / PAPER_DRAFT_LAYERS["EAGLE-style"]
+        low, high = share_band(paper_ratio)
         rows.append({"property": "depth: DFlash's decoder layers : the EAGLE-style baseline's",
                      "toy world": f"{depths['DFlash']} : {depths['EAGLE-style']}",
                      "paper (Qwen3-4B)": f"{PAPER_DRAFT_LAYERS['DFlash']} : {PAPER_DRAFT_LAYERS['EAGLE-style']}",
-                     "paper's side of the line": "not held: the toy target has too few layers", "inside": None})
+                     "paper's side of the line": f"{low:.1f} : 1 to {high:.1f} : 1",
+                     "inside": bool(low <= depths["DFlash"] / depths["EAGLE-style"] <= high)})
         rows.append({"property": "one draft layer's share of the target's depth", "toy world": f"1/{layers}",
                      "paper (Qwen3-4B)": f"1/{QWEN3_4B['layers']}",
                      "paper's side of the line": "not held: the toy target has too few layers", "inside": None})

@@ -75,11 +75,18 @@ def tv_baseline_recipe(recipe: DrafterRecipe) -> DrafterRecipe:
     return replace(recipe, **(TV_BASELINE if recipe.eagle_intermediate_size is not None else {"eagle_loss": "dspark"}))
 
 
+def backbone_config(world: ToyWorld, recipe: DrafterRecipe, **more) -> DrafterConfig:
+    """The parallel backbone's config (DFlash's, and DSpark's under its head): the recipe's depth
+    and layer shape, one key/value head when the recipe sets the heads."""
+    return DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, mask_token_id=world.tokenizer.mask_token_id,
+                         num_layers=recipe.dflash_layers, intermediate_size=recipe.draft_intermediate_size,
+                         num_heads=recipe.draft_num_heads, num_kv_heads=None if recipe.draft_num_heads is None else 1,
+                         head_dim=recipe.draft_head_dim, **more)
+
+
 def build_dflash(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dflash.DFlashDrafter:
     """An untrained parallel drafter of the recipe's shape."""
-    cfg = DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, mask_token_id=world.tokenizer.mask_token_id,
-                        num_layers=recipe.dflash_layers, intermediate_size=recipe.draft_intermediate_size)
-    return dflash.DFlashDrafter(world.target, cfg, seed=seed)
+    return dflash.DFlashDrafter(world.target, backbone_config(world, recipe), seed=seed)
 
 
 def build_eagle(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> eagle.EagleDrafter:
@@ -97,9 +104,8 @@ def dspark_builder(head_type: str, confidence_head: bool = False
     (and a confidence head if `confidence_head`)."""
 
     def build(world: ToyWorld, recipe: DrafterRecipe, seed: int = 0) -> dspark.DSparkDrafter:
-        cfg = DrafterConfig(recipe.target_layer_ids, gamma=recipe.gamma, mask_token_id=world.tokenizer.mask_token_id,
-                            num_layers=recipe.dflash_layers, intermediate_size=recipe.draft_intermediate_size,
-                            head_type=head_type, head_rank=recipe.head_rank, confidence_head=confidence_head)
+        cfg = backbone_config(world, recipe, head_type=head_type, head_rank=recipe.head_rank,
+                              confidence_head=confidence_head)
         return dspark.DSparkDrafter(world.target, cfg, seed=seed)
 
     return build

@@ -129,7 +129,7 @@ def show_regime(regime_table: pd.DataFrame, inside: pd.Series, dependency: Mappi
     chat_mi_share = dependency["chat"]["mutual_information"] / dependency["chat"]["marginal_entropy"]
     left_out = int(regime_table["inside"].notna().sum()) - len(inside)
     held = (f" ({verdicts.plural(left_out, 'row')} with a line not held to it in this profile: the smoke drafters are too "
-            "small beside their tiny target for any size to be held)" if left_out else "")
+            "small and shallow beside their tiny target for any size or depth to be held)" if left_out else "")
     say(f"{int(inside.sum())} of {len(inside)} rows with a line sit on the paper's side of it{held}. In chat, "
         f"{100 * chat_mi_share:.0f}% of the next-but-one token's entropy is settled only by the token in between: "
         "the share a parallel drafter pays for and a drafter that samples in order does not.")

@@ -194,7 +194,7 @@ def say_crossover(points: pd.DataFrame, paper_ratio: float, full_dflash: Mapping
                     for d in DOMAINS) + ".")
 
 
-def loss_ablation(eagle3: Mapping[str, Any], tv: Mapping[str, Any], seed: int) -> verdicts.Interval:
+def eagle3_loss_gain(eagle3: Mapping[str, Any], tv: Mapping[str, Any], seed: int) -> verdicts.Interval:
     """The baseline trained on Eagle3's loss against the same baseline trained on CE + TV, macro
     gain in percent (paired)."""
     return verdicts.macro_gain({d: eagle3[d].per_generation for d in DOMAINS}, {d: tv[d].per_generation for d in DOMAINS},

@@ -357,6 +357,7 @@ def save_table1_toy(profile_name: str, device: torch.device, *, recipe: Any, stu
         "collision_mixed_share": mixed,
         "depth_tau": depth.depth.to_dict(orient="index"),
         "two_layer_dspark_beats_deep_dflash_on": depth.two_beats_deep,
+        "shallow_dspark_minus_deep_dflash": {d: _triple(v) for d, v in depth.two_vs_deep.items()},
         "gamma_sweep_tau": {f"{name}@{g}": row.to_dict() for (name, g), row in sweep.sweep.iterrows()},
         "gamma_sweep_macro_gain_pct": {str(g): float(sweep.sweep_gain.loc[g, "macro"]) for g in study.ablation_gammas},
         "head_overhead": {str(g): row.to_dict() for g, row in overhead.iterrows()},
@@ -420,7 +421,7 @@ def verdict_box(table1: Table1, falls: SlotFall, cond: Conditional, depth: Any, 
          "DFlash chat 0.72 -> 0.63; DSpark stays high", f"DFlash {slope['dflash']}, DSpark-Markov {slope['dspark-markov']}",
          bool(slope["dflash"].below_zero and not slope["dspark-markov"].below_zero)),
         ("A shallow DSpark beats a deeper DFlash in every domain (Figure 3)", "2 vs 5 layers",
-         f"{max(study.depth_layers)} vs {study.deep_dflash_layers} layers: ahead in "
+         f"{min(study.depth_layers)} vs {study.deep_dflash_layers} layers: ahead in "
          f"{verdicts.domains_phrase(depth.two_beats_deep, DOMAINS)}", bool(depth.two_beats_deep == DOMAINS)),
         ("The gain over DFlash grows with the block size (Figure 4; the change's 95% interval above zero)",
          "+16% at gamma 7, +26% at gamma 15", f"{sweep.gain_lo:+.1f}% at gamma {sweep.lo}, {sweep.gain_hi:+.1f}% at gamma "

@@ -15,6 +15,7 @@ import torch
 from IPython.display import display
 
 from ...toy import zoo
+from ...toy.profiles import DrafterRecipe, HeadStudy
 from ...toy.world import ToyWorld
 from .. import plots, verdicts
 from ..results import plain, say, titled
@@ -54,9 +55,9 @@ class LeanDrafters:
 @dataclass
 class Depth:
     """Figure 3's measurements: tau per run and domain, the shallow DSpark against the deep DFlash
-    (paired intervals), own parameters, and what extra depth and the head each add."""
+    (paired intervals), own parameters, and what the head and the backbone's extra layers each add."""
     depth: pd.DataFrame
-    two_layer: str
+    shallow: str
     deep: str
     two_vs_deep: dict[str, verdicts.Interval]
     two_beats_deep: list[str]
@@ -71,54 +72,64 @@ def run_name(kind: str, n: int) -> str:
     return f"{NAMES[kind]}, {verdicts.plural(n, 'layer')}"
 
 
-def figure3(lean: LeanDrafters, depth_runs: list[tuple[str, int]], tau: pd.DataFrame, seed: int) -> Depth:
+def depth_runs(recipe: DrafterRecipe, study: HeadStudy) -> list[tuple[str, int]]:
+    """Figure 3's (kind, layers): DSpark-Markov at `study.depth_layers` and at the backbone's depth,
+    DFlash at the backbone's depth and at `study.deep_dflash_layers` (the paper's: a 2-layer DSpark
+    against a 5-layer DFlash, the backbone's depth)."""
+    return ([("dspark-markov", n) for n in sorted({*study.depth_layers, recipe.dflash_layers})]
+            + [("dflash", n) for n in sorted({recipe.dflash_layers, study.deep_dflash_layers})])
+
+
+def figure3(lean: LeanDrafters, runs: list[tuple[str, int]], tau: pd.DataFrame, seed: int) -> Depth:
     """The depth runs' table and figure, and the comparisons Figure 3 is read by (`tau`: Table 1's)."""
     recipe, study, g = lean.recipe, lean.study, lean.study.depth_gamma
-    depth = pd.DataFrame({run_name(kind, n): lean.tau(kind, g, n) for kind, n in depth_runs}).T
+    shallow_n, deep_n, backbone = min(study.depth_layers), study.deep_dflash_layers, recipe.dflash_layers
+    depth = pd.DataFrame({run_name(kind, n): lean.tau(kind, g, n) for kind, n in runs}).T
     depth_spread = pd.DataFrame({run_name(kind, n): {d: verdicts.seed_spread(lean.seed_taus(kind, g, n)[d]) for d in DOMAINS}
-                                 for kind, n in depth_runs}).T
+                                 for kind, n in runs}).T
     display(titled(depth_spread, f"tau per domain at gamma = {g}, lean recipe, mean ± sd over "
                                  f"{len(lean.seeds)} seeds: depth against the head (Figure 3)"))
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    shades = {("dspark-markov", max(study.depth_layers)): "#31a354", ("dflash", recipe.dflash_layers): "#9ecae1",
-              ("dflash", study.deep_dflash_layers): "#08519c"}  # DSpark greens (a shallower one lighter), DFlash blues
-    depth.T.plot.bar(ax=ax, rot=0, color=[shades.get(run, "#a1d99b") for run in depth_runs])
+    greens, blues = ["#a1d99b", "#31a354", "#006d2c"], ["#9ecae1", "#3182bd", "#08519c"]  # deeper runs darker
+    shades = {run: (greens if run[0] == "dspark-markov" else blues)[min(2, i)]
+              for kind in ("dspark-markov", "dflash") for i, run in enumerate(r for r in runs if r[0] == kind)}
+    depth.T.plot.bar(ax=ax, rot=0, color=[shades[run] for run in runs])
     ax.set_ylabel("tau")
     ax.set_title(f"Figure 3: depth vs the Markov head (gamma = {g})")
     ax.legend(**LEGEND)
     plt.show()
-    two_layer, deep = run_name("dspark-markov", max(study.depth_layers)), run_name("dflash", study.deep_dflash_layers)
-    two_vs_deep = {d: verdicts.tau_difference(lean.parts("dspark-markov", g, max(study.depth_layers))[d],  # paired: seeds, then prompts
-                                              lean.parts("dflash", g, study.deep_dflash_layers)[d], seed=seed) for d in DOMAINS}
-    # The deeper DFlash is the head's parameter control: its own parameters against DSpark's (backbone and head)
+    shallow, deep = run_name("dspark-markov", shallow_n), run_name("dflash", deep_n)
+    two_vs_deep = {d: verdicts.tau_difference(lean.parts("dspark-markov", g, shallow_n)[d],  # paired: seeds, then prompts
+                                              lean.parts("dflash", g, deep_n)[d], seed=seed) for d in DOMAINS}
+    # The deeper DFlash is the head's parameter control: its own parameters against the shallow DSpark's (backbone and head)
     own_params = {run_name(kind, n): sum(p.numel() for p in zoo.BUILDERS[kind](
-        lean.world, zoo.ablation_recipe(recipe, study, g, n), lean.seeds[0]).parameters()) for kind, n in depth_runs}
-    base = depth.loc[run_name("dflash", recipe.dflash_layers)]
+        lean.world, zoo.ablation_recipe(recipe, study, g, n), lean.seeds[0]).parameters()) for kind, n in runs}
+    base, full_dspark = depth.loc[run_name("dflash", backbone)], depth.loc[run_name("dspark-markov", backbone)]
     # How far from convergence: the lean drafters at the backbone's depth against the full recipe's (macro tau)
-    lean_macro = {"dflash": float(base[DOMAINS].mean()), "dspark-markov": float(depth.loc[two_layer, DOMAINS].mean())}
-    return Depth(depth, two_layer, deep, two_vs_deep, [d for d in DOMAINS if two_vs_deep[d].above_zero], own_params,
-                 own_params[deep] / own_params[two_layer], depth.loc[deep] - base, depth.loc[two_layer] - base,
+    lean_macro = {"dflash": float(base[DOMAINS].mean()), "dspark-markov": float(full_dspark[DOMAINS].mean())}
+    return Depth(depth, shallow, deep, two_vs_deep, [d for d in DOMAINS if two_vs_deep[d].above_zero], own_params,
+                 own_params[deep] / own_params[shallow], full_dspark - depth.loc[shallow], full_dspark - base,
                  {k: v / float(tau.loc[NAMES[k], "macro"]) for k, v in lean_macro.items()})
 
 
 def say_depth(dep: Depth, lean: LeanDrafters) -> None:
     """How far the lean recipe is from convergence, what depth and the head add, and the parameter control."""
     recipe, study = lean.recipe, lean.study
-    two, deep = max(study.depth_layers), study.deep_dflash_layers
+    two, deep, backbone = min(study.depth_layers), study.deep_dflash_layers, recipe.dflash_layers
     where = lambda ok: verdicts.domains_phrase([d for d in DOMAINS if ok(d)], DOMAINS)
     say(f"The lean recipe trains {study.ablation_steps} steps against the full recipe's {recipe.dspark_steps}: at the "
         f"backbone's depth its drafters reached "
         + " and ".join(f"{NAMES[k]} {100 * v:.0f}%" for k, v in dep.lean_share.items())
         + f" of the full recipe's macro tau (at gamma {study.depth_gamma} against {recipe.gamma}).",
-        f"Going from the {recipe.dflash_layers}-layer backbone to {deep} DFlash layers changes tau by "
-        f"{plain(dep.depth_gain.round(2).to_dict())}; adding the head to the backbone changes it by "
+        f"On DSpark-Markov, the backbone's {backbone - two} layers above the first {two} change tau by "
+        f"{plain(dep.depth_gain.round(2).to_dict())}; adding the head to the {backbone}-layer backbone changes it by "
         f"{plain(dep.head_gain.round(2).to_dict())}. In this run the "
         f"head adds tau in {where(lambda d: dep.head_gain[d] > 0)}, and more than the extra layers do in "
         f"{where(lambda d: dep.head_gain[d] > dep.depth_gain[d])}. The {two}-layer DSpark-Markov beats the {deep}-layer "
         f"DFlash, beyond the noise, in {verdicts.domains_phrase(dep.two_beats_deep, DOMAINS)} (the difference with its 95% "
         f"interval over the seeds, then the prompts: {plain({d: str(v) for d, v in dep.two_vs_deep.items()})}).",
-        f"The deeper DFlash has {dep.own_params[dep.deep] / 1e6:.3f}M parameters of its own, against "
-        f"{dep.own_params[dep.two_layer] / 1e6:.3f}M for the {two}-layer DSpark-Markov, head included: "
+        f"The {deep}-layer DFlash has {dep.own_params[dep.deep] / 1e6:.3f}M parameters of its own, against "
+        f"{dep.own_params[dep.shallow] / 1e6:.3f}M for the {two}-layer DSpark-Markov, head included: "
         f"{dep.control_ratio:.1f} times as many, "
         + verdicts.either(dep.control_ratio >= 1, "so it is the parameter-matched control for the head's gain, with "
                           "more parameters, not fewer", "so it has fewer parameters than the DSpark it is compared with, "
@@ -257,7 +268,7 @@ def say_race(speed: pd.DataFrame, race: dict[str, dict[str, Any]], tau_macro: fl
         f"{verdicts.reaches(mean_speedup >= 2)} the goal of twice the target's speed, and it is "
         f"{verdicts.faster_than(slower, 'the target alone')}. Its tau is {tau_macro:.2f}"
         f" tokens per round (macro). Verifying gamma + 1 = {gamma + 1} tokens costs {verify_s[gamma + 1] / verify_s[1]:.1f}"
-        f" times a single-token forward, and the draft call, {verdicts.plural(recipe.dflash_layers, 'layer')} as wide as the target's "
+        f" times a single-token forward, and the draft call, {verdicts.plural(recipe.dflash_layers, 'thin layer')} beside the target's "
         f"{target_layers} plus the head's loop, costs another {draft_s['DSpark-Markov'][gamma] / verify_s[1]:.1f} times "
         f"one. Eq. 1's estimate is {eq1_mean:.2f} times on average. "
         + verdicts.either(mean_speedup < eq1_mean,
