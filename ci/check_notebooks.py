@@ -6,7 +6,8 @@ Checks: no outputs and no execution counts, every cell has an id, exactly one co
 `parameters`, display math (`$$ ... $$`) is a paragraph of its own (MyST leaves it as raw text
 otherwise), every toc chapter exists, and every `chapters/*.ipynb` is in the toc. A chapter reads the
 same in JupyterLab, Colab and the rendered book: no MyST role in a markdown cell (`{glue:md}`,
-`{term}`, `{paper}`, ...: only myst-nb fills them), no `results.glue` call (what a run measured is
+`{term}`, `{paper}`, ...: only myst-nb fills them) and no MyST directive (```` ```{admonition} ````:
+a code block there; `<details>` hides solutions everywhere), no `results.glue` call (what a run measured is
 said by its cell's Markdown output, `results.say`), and no code cell over `LONGEST_CODE_CELL` lines
 (a notebook viewer shows every code cell, whatever its tags).
 """
@@ -24,6 +25,7 @@ from ci.toc import REPO, cells, toc_markdown, toc_notebooks
 
 DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
 MYST_ROLE = re.compile(r"\{[a-z][a-z-]*(?::[a-z-]+)?\}`[^`]*`")
+MYST_DIRECTIVE = re.compile(r"^ {0,3}(?:`{3,}|:{3,})\{[a-z][a-z-]*\}.*$", re.M)  # ```{admonition} ...: a code block elsewhere
 GLUE_CALL = re.compile(r"\bglue\(")
 LONGEST_CODE_CELL = 30
 CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
@@ -63,6 +65,12 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
                 problems.append(f"{name}: cell {i}: MyST role(s) {', '.join(roles[:3])}: only the rendered book fills "
                                 "them; write a glossary term as [**term**](92_glossary.md), a paper number as "
                                 "'(the paper: 4.80)', and say what the run measured from its cell (results.say)")
+            directives = MYST_DIRECTIVE.findall(source)
+            if directives:
+                problems.append(f"{name}: cell {i}: MyST directive(s) {', '.join(d.strip() for d in directives[:3])}: "
+                                "JupyterLab and Colab show them as code blocks; hide solutions in "
+                                "<details><summary>Solutions</summary> ... </details>, set a note off as a "
+                                "> blockquote")
         elif c.get("cell_type") == "code":
             if GLUE_CALL.search(source):
                 problems.append(f"{name}: cell {i}: a glue call; say what the run measured as the cell's Markdown "

@@ -8,6 +8,7 @@ input and output shown, whatever its tags, as JupyterLab and Colab show them), o
 Chromium (Playwright, offline: every non-local request is aborted), and its visible text is read.
 A chapter fails on:
 - MyST role or placeholder text outside code inputs: `{glue:md}`, `{term}`, `{paper}`, `{doc}`, ...,
+  a MyST directive's option line (`:class: dropdown`, shown in a code block),
   a raw `<IPython.core.display.Markdown object>` repr;
 - a Markdown output (what `results.say` shows: the sentences a run measured) that is not on the page
   as rendered text (shown raw, its markup would keep its sentences from matching);
@@ -40,6 +41,8 @@ JS_READER_TEXT = """() => {
     const text = page.innerText; page.remove();
     return text;
 }"""
+# A MyST directive as a notebook viewer leaves it: a code block whose first line is the option ":class: dropdown".
+DIRECTIVE_OPTION = re.compile(r"(?<!\S):(?:class|name|open):(?=\s)")
 RAW_REPRS = ("<IPython.core.display.Markdown object>", "<IPython.core.display.HTML object>")
 VERDICT_CAPTION = "What this run shows"
 VERDICTS = ("not reproduced", "reproduced", "not testable here")
@@ -125,6 +128,8 @@ def problems_in(page_text: str, notebook: Path, exp: Expected) -> list[str]:
     flat = " ".join(page_text.split())
     for m in ROLE.finditer(flat):
         found.append(f"{name}: role text on the page: '...{flat[max(0, m.start() - 40): m.end() + 30]}...'")
+    for m in DIRECTIVE_OPTION.finditer(flat):
+        found.append(f"{name}: directive text on the page: '...{flat[max(0, m.start() - 40): m.end() + 30]}...'")
     for raw in RAW_REPRS:
         if raw in flat:
             found.append(f"{name}: an output shows {raw} instead of its content")

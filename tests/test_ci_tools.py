@@ -291,19 +291,23 @@ def test_display_math_must_be_its_own_paragraph(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cell_type, source, expect", [
     ("markdown", "DSpark gains {glue:md}`gain` over DFlash.", "MyST role"),
     ("markdown", "The {term}`drafter <Target / drafter>` drafts; the paper: {paper}`4.80`.", "MyST role"),
+    ("markdown", "## Exercises\n\n````{admonition} Solutions\n:class: dropdown\n1. Yes.\n````", "MyST directive"),
+    ("markdown", "```{note}\nA note.\n```", "MyST directive"),
     ("code", "results.glue('gain', 0.16)", "a glue call"),
     ("code", "\n".join(f"x{i} = {i}" for i in range(31)), "31 lines of code"),
 ])
 def test_what_only_the_rendered_book_can_read_is_refused(tmp_path: Path, cell_type: str, source: str,
                                                          expect: str) -> None:
-    """A chapter reads the same in a notebook viewer: no MyST roles, no glue, no code cell over 30 lines."""
+    """A chapter reads the same in a notebook viewer: no MyST roles or directives, no glue, no code cell over
+    30 lines; a plain code fence and a <details> block are fine."""
     path = notebook(tmp_path / "r.ipynb")
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_markdown_cell(source) if cell_type == "markdown" else nbformat.v4.new_code_cell(source))
     nbformat.write(nb, path)
     problems = check_notebook(path)
     assert len(problems) == 1 and expect in problems[0] and "cell 3" in problems[0], problems
-    nb.cells[-1].source = ("DSpark's [**drafter**](92_glossary.md) (the paper: 4.80)" if cell_type == "markdown"
+    nb.cells[-1].source = ("DSpark's [**drafter**](92_glossary.md) (the paper: 4.80)\n\n```python\nx = 1\n```\n\n"
+                           "<details>\n<summary>Solutions</summary>\n\n1. Yes.\n\n</details>" if cell_type == "markdown"
                            else "\n".join(f"x{i} = {i}" for i in range(30)))
     nbformat.write(nb, path)
     assert check_notebook(path) == []

@@ -58,6 +58,7 @@ def test_a_portable_chapter_reads_clean(tmp_path: Path) -> None:
 @pytest.mark.parametrize("plant, expect", [
     (dict(markdown_cell="DSpark gains {glue:md}`gain` over [**DFlash**](92_glossary.md)."), "role text"),
     (dict(markdown_cell="The {term}`drafter <Target / drafter>` drafts."), "role text"),
+    (dict(markdown_cell="## Exercises\n\n````{admonition} Solutions\n:class: dropdown\n1. Yes.\n````"), "directive text"),
     (dict(raw=True), "instead of its content"),
     (dict(said=None), "no Markdown output"),
 ])
