@@ -30,7 +30,8 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
 from ci.toc import REPO, cells, toc_notebooks
 
 # What a reader does not read as prose: fenced and inline code, math, roles with their content
-# (glue, paper, and any other role: {doc}, {ref}, ...), link targets, HTML tags and comments.
+# (glue, paper, and any other role: {doc}, {ref}, ...), link targets, HTML tags and comments, and the
+# exercises' solutions (a <details> block: worked answers by hand, not what a run measured).
 STRIP = [
     re.compile(r"```.*?```", re.S),
     re.compile(r"\$\$.*?\$\$", re.S),
@@ -40,6 +41,7 @@ STRIP = [
     re.compile(r"(?<!\\)\$[^$\n]+?\$"),
     re.compile(r"\]\([^)]*\)"),
     re.compile(r"<!--.*?-->", re.S),
+    re.compile(r"<details>.*?</details>", re.S),          # an exercise's worked solutions: hand calculations
     re.compile(r"<[^>]+>"),
     re.compile(r"^#+\s*[\d.]+", re.M),                   # a heading's section number
     re.compile(r"\b[A-Z][\w.]*-\d[\w.]*"),                # a name: Qwen3-4B, DeepSeek-V4, Qwen3-8B

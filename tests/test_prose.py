@@ -15,7 +15,8 @@ def test_a_typed_in_measurement_fails() -> None:
                      "The race ran 2.1x faster.",
                      "Training took 431 s and the chapter 14 minutes.",
                      "a 3.67M-parameter target",
-                     "the scheduler needs 205 us per call"]:
+                     "the scheduler needs 205 us per call",
+                     "<details>\n\n1. 0.37 by hand\n\n</details>\n\nDFlash reaches 4.62 on math."]:
         assert measured_numbers(sentence), sentence
 
 
@@ -26,7 +27,8 @@ def test_paper_and_recipe_numbers_pass() -> None:
                      "Sections 3.2.1 and 3.3 of the paper; Eq. 2 and Figure 4.",
                      "a 4-layer target trained for 1200 steps on Qwen3-4B's recipe, gamma = 7",
                      "the code `x = 4.62` and the math $\\tau = 4.62$",
-                     "transformers 5.10.2 and torch 2.13.0"]:
+                     "transformers 5.10.2 and torch 2.13.0",
+                     "<details>\n<summary>Solutions</summary>\n\n1. 0.68 x 0.55 = 0.37, 20 % coherent\n\n</details>"]:
         assert measured_numbers(sentence) == [], sentence
 
 
