@@ -1,0 +1,146 @@
+"""Does each build's interval hold the other build's estimate? Every 95% interval that both builds
+wrote to their result files, side by side.
+
+    python ci/compare_intervals.py BUILD_A/_build/results BUILD_B/_build/results
+
+The book's rule: an interval holds every noise that moves its number between two builds, the
+drafters' training seeds included. Two builds of the same code with other drafter seeds
+(`DSPARK_SEED=0` and `=1`) are two draws of that noise. If both intervals are honest and equally
+wide, each holds the other's estimate in about 83% of cases, and the two are disjoint in about 0.6%
+(the script prints both rates, computed from the normal distribution). Far fewer holds, or more
+disjoint pairs, mean the intervals are too narrow. The usual cause is a bootstrap over too few seeds
+to see their spread. The rows are not independent (a build's intervals share its seeds): read the
+counts as a yardstick, not a test. Exits 0: it reports, it does not judge.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare_verdicts import two_builds  # noqa: E402
+
+Triple = tuple[float, float, float]  # (estimate, low, high)
+
+# Result file: paths of [estimate, low, high] lists; "*" stands for every key, or every item of a list.
+# Chapter 04's per-slot falls and slopes of DFlash and the baseline repeat chapter 03's: listed once.
+TRIPLES = {
+    "parallel_drafting": ("crossover/map/*/gain_percent", "crossover/split_gap/*/*",
+                          "crossover/loss_ablation/eagle3_over_tv_percent", "dflash_minus_eagle_interval/*",
+                          "chat_minus_next_lowest/*", "per_slot_fall/*/*", "per_slot_fall_minus_eagle/*",
+                          "conditional_slope/*/*"),
+    "table1_toy": ("per_slot_fall/dspark_markov/*", "per_slot_fall/dspark_rnn/*", "chat_slope/dspark-markov",
+                   "chat_slope/dspark-rnn", "shallow_dspark_minus_deep_dflash/*", "e2e_markov_over_dflash_percent",
+                   "e2e_markov_over_eagle_percent"),
+}
+
+
+def _markov_minus_dflash(results: dict, domain: str) -> float:
+    return results["tau"]["dspark_markov"][domain] - results["tau"]["dflash"][domain]
+
+
+# Result file: paths of [low, high] lists, with where each one's estimate is written.
+PAIRS: dict[str, dict[str, Callable[[dict, list[str]], float]]] = {
+    "table1_toy": {
+        "macro_gain_over_dflash_interval": lambda r, keys: r["macro_gain_over_dflash"],
+        "macro_gain_over_eagle_interval": lambda r, keys: r["macro_gain_over_eagle"],
+        "markov_minus_dflash_interval/*": lambda r, keys: _markov_minus_dflash(r, keys[-1]),
+    },
+}
+
+
+def results(folder: Path, name: str) -> dict:
+    """The `results` part of `folder`/`name`.json ({} when the chapter wrote none)."""
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        return {}
+    raw = json.loads(path.read_text())
+    return raw.get("results", raw)
+
+
+def _label(item: Any, index: int) -> str:
+    """A list item's name in a path: a crossover point by its capacity ratio and domain, else its index."""
+    if isinstance(item, dict) and {"capacity_ratio", "domain"} <= item.keys():
+        return f"{item['capacity_ratio']:.2f}:{item['domain']}"
+    return str(index)
+
+
+def matches(tree: Any, pattern: str) -> Iterator[tuple[list[str], Any]]:
+    """(the keys walked, the value) of every place in `tree` that `pattern` names."""
+    def walk(node: Any, parts: list[str], keys: list[str]) -> Iterator[tuple[list[str], Any]]:
+        if not parts:
+            yield keys, node
+            return
+        head, rest = parts[0], parts[1:]
+        if isinstance(node, dict):
+            for key in (node if head == "*" else [head] if head in node else []):
+                yield from walk(node[key], rest, keys + [str(key)])
+        elif isinstance(node, list) and head == "*":
+            for i, item in enumerate(node):
+                yield from walk(item, rest, keys + [_label(item, i)])
+
+    yield from walk(tree, pattern.split("/"), [])
+
+
+def intervals(folder: Path) -> dict[str, Triple]:
+    """Every interval of a build's result files: {"file/keys": (estimate, low, high)}."""
+    found: dict[str, Triple] = {}
+    for name, patterns in TRIPLES.items():
+        tree = results(folder, name)
+        for pattern in patterns:
+            for keys, value in matches(tree, pattern):
+                if isinstance(value, list) and len(value) == 3:
+                    found["/".join([name, *keys])] = (float(value[0]), float(value[1]), float(value[2]))
+    for name, pairs in PAIRS.items():
+        tree = results(folder, name)
+        for pattern, estimate in pairs.items():
+            for keys, value in matches(tree, pattern):
+                if isinstance(value, list) and len(value) == 2:
+                    found["/".join([name, *keys])] = (float(estimate(tree, keys)), float(value[0]), float(value[1]))
+    return found
+
+
+def holds(interval: Triple, value: float) -> bool:
+    return interval[1] <= value <= interval[2]
+
+
+def honest_rates() -> tuple[float, float]:
+    """For two independent estimates with the same spread and honest, equally wide 95% intervals:
+    how often one interval holds the other estimate, and how often the two intervals are disjoint."""
+    z = 1.959963984540054  # the normal distribution's 97.5% quantile
+    inside = lambda x: math.erf(x / math.sqrt(2))  # P(|Z| < x)
+    return inside(z / math.sqrt(2)), 1 - inside(z * math.sqrt(2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a_folder, b_folder = two_builds(argv, __doc__, "results (make book writes _build/results)")
+    a, b = intervals(a_folder), intervals(b_folder)
+    both = sorted(a.keys() & b.keys())
+    print(f"{'interval':62} {'A':>26} {'B':>26}  A holds B / B holds A")
+    held = disjoint = 0
+    for key in both:
+        x, y = a[key], b[key]
+        a_holds, b_holds = holds(x, y[0]), holds(y, x[0])
+        apart = x[2] < y[1] or y[2] < x[1]
+        held += a_holds + b_holds
+        disjoint += apart
+        text = lambda t: f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
+        mark = "DISJOINT" if apart else ""
+        print(f"{key[:62]:62} {text(x):>26} {text(y):>26}  {'yes' if a_holds else 'no'} / {'yes' if b_holds else 'no'}  {mark}")
+    hold_rate, disjoint_rate = honest_rates()
+    n = len(both)
+    print(f"{n} intervals in both builds; each holds the other's estimate in {held} of {2 * n} cases "
+          f"(honest intervals: about {hold_rate * 2 * n:.0f}); disjoint pairs: {disjoint} "
+          f"(honest intervals: about {disjoint_rate * n:.1f})")
+    only = sorted(a.keys() ^ b.keys())
+    if only:
+        print(f"in one build only ({len(only)}): " + ", ".join(only))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
