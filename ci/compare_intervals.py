@@ -14,7 +14,6 @@ counts as a yardstick, not a test. Exits 0: it reports, it does not judge.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from compare_results import results  # noqa: E402
 from compare_verdicts import two_builds  # noqa: E402
 
 Triple = tuple[float, float, float]  # (estimate, low, high)
@@ -51,15 +51,6 @@ PAIRS: dict[str, dict[str, Callable[[dict, list[str]], float]]] = {
         "markov_minus_dflash_interval/*": lambda r, keys: _markov_minus_dflash(r, keys[-1]),
     },
 }
-
-
-def results(folder: Path, name: str) -> dict:
-    """The `results` part of `folder`/`name`.json ({} when the chapter wrote none)."""
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        return {}
-    raw = json.loads(path.read_text())
-    return raw.get("results", raw)
 
 
 def _label(item: Any, index: int) -> str:
