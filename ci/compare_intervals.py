@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+from statistics import NormalDist
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -26,29 +27,28 @@ from compare_verdicts import two_builds  # noqa: E402
 
 Triple = tuple[float, float, float]  # (estimate, low, high)
 
-# Result file: paths of [estimate, low, high] lists; "*" stands for every key, or every item of a list.
-# Chapter 04's per-slot falls and slopes of DFlash and the baseline repeat chapter 03's: listed once.
-TRIPLES = {
-    "parallel_drafting": ("crossover/map/*/gain_percent", "crossover/split_gap/*/*",
-                          "crossover/loss_ablation/eagle3_over_tv_percent", "dflash_minus_eagle_interval/*",
-                          "chat_minus_next_lowest/*", "per_slot_fall/*/*", "per_slot_fall_minus_eagle/*",
-                          "conditional_slope/*/*"),
-    "table1_toy": ("per_slot_fall/dspark_markov/*", "per_slot_fall/dspark_rnn/*", "chat_slope/dspark-markov",
-                   "chat_slope/dspark-rnn", "shallow_dspark_minus_deep_dflash/*", "e2e_markov_over_dflash_percent",
-                   "e2e_markov_over_eagle_percent"),
-}
+
+def _markov_minus_dflash(results: dict, keys: list[str]) -> float:
+    return results["tau"]["dspark_markov"][keys[-1]] - results["tau"]["dflash"][keys[-1]]
 
 
-def _markov_minus_dflash(results: dict, domain: str) -> float:
-    return results["tau"]["dspark_markov"][domain] - results["tau"]["dflash"][domain]
-
-
-# Result file: paths of [low, high] lists, with where each one's estimate is written.
-PAIRS: dict[str, dict[str, Callable[[dict, list[str]], float]]] = {
+# Result file: {path: where its estimate is}; "*" stands for every key, or every item of a list. A path
+# whose estimate is None names [estimate, low, high]; any other names [low, high], and the function
+# reads its estimate from the file's results and the keys walked. Chapter 04's per-slot falls and
+# slopes of DFlash and the baseline repeat chapter 03's: listed once.
+EstimateAt = Callable[[dict, list[str]], float] | None
+INTERVALS: dict[str, dict[str, EstimateAt]] = {
+    "parallel_drafting": dict.fromkeys((
+        "crossover/map/*/gain_percent", "crossover/split_gap/*/*", "crossover/loss_ablation/eagle3_over_tv_percent",
+        "dflash_minus_eagle_interval/*", "chat_minus_next_lowest/*", "per_slot_fall/*/*", "per_slot_fall_minus_eagle/*",
+        "conditional_slope/*/*")),
     "table1_toy": {
+        **dict.fromkeys(("per_slot_fall/dspark_markov/*", "per_slot_fall/dspark_rnn/*", "chat_slope/dspark-markov",
+                         "chat_slope/dspark-rnn", "shallow_dspark_minus_deep_dflash/*", "e2e_markov_over_dflash_percent",
+                         "e2e_markov_over_eagle_percent")),
         "macro_gain_over_dflash_interval": lambda r, keys: r["macro_gain_over_dflash"],
         "macro_gain_over_eagle_interval": lambda r, keys: r["macro_gain_over_eagle"],
-        "markov_minus_dflash_interval/*": lambda r, keys: _markov_minus_dflash(r, keys[-1]),
+        "markov_minus_dflash_interval/*": _markov_minus_dflash,
     },
 }
 
@@ -80,18 +80,13 @@ def matches(tree: Any, pattern: str) -> Iterator[tuple[list[str], Any]]:
 def intervals(folder: Path) -> dict[str, Triple]:
     """Every interval of a build's result files: {"file/keys": (estimate, low, high)}."""
     found: dict[str, Triple] = {}
-    for name, patterns in TRIPLES.items():
+    for name, paths in INTERVALS.items():
         tree = results(folder, name)
-        for pattern in patterns:
+        for pattern, estimate in paths.items():
             for keys, value in matches(tree, pattern):
-                if isinstance(value, list) and len(value) == 3:
-                    found["/".join([name, *keys])] = (float(value[0]), float(value[1]), float(value[2]))
-    for name, pairs in PAIRS.items():
-        tree = results(folder, name)
-        for pattern, estimate in pairs.items():
-            for keys, value in matches(tree, pattern):
-                if isinstance(value, list) and len(value) == 2:
-                    found["/".join([name, *keys])] = (float(estimate(tree, keys)), float(value[0]), float(value[1]))
+                if isinstance(value, list) and len(value) == (3 if estimate is None else 2):
+                    found["/".join([name, *keys])] = tuple(map(float, value if estimate is None
+                                                                else [estimate(tree, keys), *value]))
     return found
 
 
@@ -102,9 +97,14 @@ def holds(interval: Triple, value: float) -> bool:
 def honest_rates() -> tuple[float, float]:
     """For two independent estimates with the same spread and honest, equally wide 95% intervals:
     how often one interval holds the other estimate, and how often the two intervals are disjoint."""
-    z = 1.959963984540054  # the normal distribution's 97.5% quantile
-    inside = lambda x: math.erf(x / math.sqrt(2))  # P(|Z| < x)
+    normal = NormalDist()
+    z = normal.inv_cdf(0.975)
+    inside = lambda x: 2 * normal.cdf(x) - 1  # P(|Z| < x)
     return inside(z / math.sqrt(2)), 1 - inside(z * math.sqrt(2))
+
+
+def _text(interval: Triple) -> str:
+    return f"{interval[0]:+.3f} [{interval[1]:+.3f}, {interval[2]:+.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         apart = x[2] < y[1] or y[2] < x[1]
         held += a_holds + b_holds
         disjoint += apart
-        text = lambda t: f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
         mark = "DISJOINT" if apart else ""
-        print(f"{key[:62]:62} {text(x):>26} {text(y):>26}  {'yes' if a_holds else 'no'} / {'yes' if b_holds else 'no'}  {mark}")
+        print(f"{key[:62]:62} {_text(x):>26} {_text(y):>26}  {'yes' if a_holds else 'no'} / {'yes' if b_holds else 'no'}  {mark}")
     hold_rate, disjoint_rate = honest_rates()
     n = len(both)
     print(f"{n} intervals in both builds; each holds the other's estimate in {held} of {2 * n} cases "
