@@ -31,7 +31,7 @@ from dspark_lite.harness.toy.profiles import get_profile
 from dspark_lite.harness.toy.world import load_toy_world
 
 
-cache.package_source_hash = lambda package=None: "regime-experiments"
+cache.builder_hash = lambda module, package=None: "regime-experiments"
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ def publish(built: Path, site: Served) -> dict:
 def test_pack_writes_one_archive_per_current_artifact_and_a_manifest_of_hashes(tmp_path: Path, site: Served) -> None:
     built = tmp_path / "built"
     manifest = publish(built, site)
-    folder = cache.artifact_folder("demo", CONFIG, built)
+    folder = cache.artifact_folder("demo", CONFIG, built, builder=__name__)
     (built / "demo-0123456789abcdef").mkdir()  # another code version's folder (no manifest): not packed
     assert json.loads((site.folder / "cache" / cache.PUBLISHED_MANIFEST).read_text()) == manifest
     assert manifest["package_source"] == cache.package_source_hash() and manifest["format"] == cache.PUBLISHED_FORMAT
@@ -102,11 +102,11 @@ def test_a_published_artifact_is_fetched_into_an_empty_cache_without_building(
     monkeypatch.setenv(cache.URL_VAR, f"{site.url}/cache/")
     empty = tmp_path / "elsewhere"
     builder = Builder(b"would be trained here")
-    assert cache.contains("demo", CONFIG, root=empty)  # fetched, so that the zoo trains only what is missing
+    assert cache.contains("demo", CONFIG, root=empty, builder=__name__)  # fetched, so that the zoo trains only what is missing
     assert cache.load_or_build("demo", CONFIG, builder, load, root=empty)[0] == b"trained weights"
     assert builder.calls == 0
     said = capsys.readouterr().out
-    folder = cache.artifact_folder("demo", CONFIG, empty)
+    folder = cache.artifact_folder("demo", CONFIG, empty, builder=__name__)
     assert f"Fetching {folder.name}" in said and f"{site.url}/cache/{folder.name}.tar.gz" in said
     assert "sha256 checked" in said
     assert sorted(p.name for p in empty.iterdir() if not p.name.startswith(".")) == [folder.name]
@@ -115,7 +115,7 @@ def test_a_published_artifact_is_fetched_into_an_empty_cache_without_building(
     assert asked == [f"/cache/{folder.name}.tar.gz"]  # once: contains fetched it, load_or_build loaded it
     (folder / "weights.bin").write_bytes(b"corrupted here")  # a local copy that fails its manifest is fetched again
     with pytest.warns(UserWarning, match="unusable .*fetching it again"):
-        assert cache.contains("demo", CONFIG, root=empty)
+        assert cache.contains("demo", CONFIG, root=empty, builder=__name__)
     assert cache.load_or_build("demo", CONFIG, builder, load, root=empty)[0] == b"trained weights"
     assert builder.calls == 0 and len([p for p in site.asked if p.endswith(".tar.gz")]) == 2
 
@@ -153,7 +153,7 @@ def test_a_tampered_artifact_is_refused_by_its_hash_and_rebuilt(
     builder = Builder(b"retrained here")
     reason = "archive's sha256 differs" if where == "archive" else "weights.bin: its sha256 differs"
     with pytest.warns(UserWarning, match=f"refused {name} .*{reason}.*trained here instead"):
-        assert not cache.contains("demo", CONFIG, root=empty)
+        assert not cache.contains("demo", CONFIG, root=empty, builder=__name__)
     assert not (empty / name).exists() and not list(empty.glob(".fetch-*"))  # nothing of it kept
     assert cache.load_or_build("demo", CONFIG, builder, load, root=empty)[0] == b"retrained here"
     assert builder.calls == 1
@@ -166,10 +166,10 @@ def test_nothing_is_fetched_while_the_variable_is_unset(tmp_path: Path, site: Se
     monkeypatch.delenv(cache.URL_VAR, raising=False)
     builder = Builder(b"trained here")
     empty = tmp_path / "elsewhere"
-    assert not cache.contains("demo", CONFIG, root=empty)
+    assert not cache.contains("demo", CONFIG, root=empty, builder=__name__)
     assert cache.load_or_build("demo", CONFIG, builder, load, root=empty)[0] == b"trained here"
     monkeypatch.setenv(cache.URL_VAR, "")  # empty is unset too
-    assert cache.published_url() is None and not cache.contains("other", CONFIG, root=empty)
+    assert cache.published_url() is None and not cache.contains("other", CONFIG, root=empty, builder=__name__)
     assert builder.calls == 1 and site.asked == []
 
 
@@ -186,7 +186,7 @@ def test_an_artifact_the_published_cache_lacks_is_built(tmp_path: Path, site: Se
 def test_an_unreachable_or_bad_address_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cache.URL_VAR, "ftp://example.org/cache")
     with pytest.raises(ValueError, match="http"):
-        cache.contains("demo", CONFIG, root=tmp_path)
+        cache.contains("demo", CONFIG, root=tmp_path, builder=__name__)
     monkeypatch.setenv(cache.URL_VAR, (tmp_path / "nowhere").as_uri())  # file://, nothing there
     builder = Builder()
     with pytest.warns(UserWarning, match="cannot be read"):
@@ -253,5 +253,5 @@ def test_the_book_workflow_publishes_the_cache_where_the_colab_cell_looks(tmp_pa
     assert pack_cache.main(["--cache", str(tmp_path / "c"), "--out", str(tmp_path / "site")]) == 0
     assert "1 artifacts" in capsys.readouterr().out
     assert list(json.loads((tmp_path / "site" / cache.PUBLISHED_MANIFEST).read_text())["artifacts"]) == \
-        [cache.artifact_folder("demo", CONFIG, tmp_path / "c").name]
+        [cache.artifact_folder("demo", CONFIG, tmp_path / "c", builder=__name__).name]
     assert pack_cache.main(["--cache", str(tmp_path / "none"), "--out", str(tmp_path / "site")]) == 1

@@ -124,7 +124,7 @@ def test_the_cache_keeps_an_interrupted_build_for_the_next_one(tmp_path: Path) -
     assert calls == [False, True]
     assert (folder / "weights.txt").read_text() == "3"
     assert sorted(p.name for p in folder.iterdir()) == [cache.MANIFEST, "weights.txt"], "no checkpoint is kept"
-    assert not cache.work_folder("thing", {"a": 1}, root=tmp_path).exists()
+    assert not cache.work_folder("thing", {"a": 1}, root=tmp_path, builder=__name__).exists()
     cache.verify_manifest(folder)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 import re
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -208,11 +209,11 @@ def test_cache_builds_once_then_loads(tmp_path: Path) -> None:
 
 def test_cache_contains_only_complete_artifacts(tmp_path: Path) -> None:
     load = lambda folder: (folder / "weights.bin").read_bytes()
-    assert not cache.contains("demo", {"a": 1}, root=tmp_path)
+    assert not cache.contains("demo", {"a": 1}, root=tmp_path, builder=__name__)
     cache.load_or_build("demo", {"a": 1}, _write, load, root=tmp_path)
-    assert cache.contains("demo", {"a": 1}, root=tmp_path) and not cache.contains("demo", {"a": 2}, root=tmp_path)
-    (cache.artifact_folder("demo", {"a": 1}, root=tmp_path) / "weights.bin").write_bytes(b"ab")
-    assert not cache.contains("demo", {"a": 1}, root=tmp_path), "a damaged folder is not a cached artifact"
+    assert cache.contains("demo", {"a": 1}, root=tmp_path, builder=__name__) and not cache.contains("demo", {"a": 2}, root=tmp_path, builder=__name__)
+    (cache.artifact_folder("demo", {"a": 1}, root=tmp_path, builder=__name__) / "weights.bin").write_bytes(b"ab")
+    assert not cache.contains("demo", {"a": 1}, root=tmp_path, builder=__name__), "a damaged folder is not a cached artifact"
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete", "manifest"])
@@ -303,21 +304,75 @@ def test_latency_curve_covers_every_query_count_and_rejects_bad_input() -> None:
         forward_latency_curve(model, 16, [1], repeats=0)
 
 
-def test_editing_any_module_of_the_package_changes_every_key(tmp_path: Path) -> None:
-    """The cache key hashes the whole package's source: no module the build calls can be left out."""
+WORLD, ZOO = "dspark_lite.harness.toy.world", "dspark_lite.harness.toy.zoo"  # the two builders of the book
+
+
+def _package_copy(tmp_path: Path) -> Path:
     import shutil
 
     package = tmp_path / "dspark_lite"
     shutil.copytree(cache.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    before = cache.package_source_hash(package)
-    assert before == cache.package_source_hash(cache.PACKAGE)
-    for module in sorted(package.rglob("*.py")):
-        original = module.read_bytes()
-        module.write_bytes(original + b"\n# an edit\n")
-        assert cache.package_source_hash(package) != before, module.relative_to(package)
+    return package
+
+
+def _edited(module: Path, keys: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """`keys()` with `module` edited (a comment appended), then the file restored."""
+    original = module.read_bytes()
+    module.write_bytes(original + b"\n# an edit\n")
+    try:
+        return keys()
+    finally:
         module.write_bytes(original)
-    assert cache.package_source_hash(package) == before
-    assert len(list(package.rglob("*.py"))) > 25  # every module of both layers, not a hand-kept list
+
+
+def test_a_key_hashes_its_builders_import_closure_and_nothing_else(tmp_path: Path) -> None:
+    """The target's key (built by `world`) and the drafters' (built by `zoo`) change with every
+    module each builder imports, at any depth, and with nothing else: the book's pages, the GPU
+    path, the serving room and the calibration are outside both, and `dspark.py` outside the
+    target's."""
+    package = _package_copy(tmp_path)
+    keys = lambda: {b: cache.builder_hash(b, package) for b in (WORLD, ZOO)}
+    before = keys()
+    assert before == {b: cache.builder_hash(b) for b in (WORLD, ZOO)}
+    closures = {b: set(cache.import_closure(b, package)) for b in (WORLD, ZOO)}
+    assert closures[WORLD] < closures[ZOO]  # a drafter's world is in its key (the target's folder name), and its code
+    for module in sorted(package.rglob("*.py")):
+        name = ".".join(module.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__")
+        after = _edited(module, keys)
+        for builder in (WORLD, ZOO):
+            assert (after[builder] != before[builder]) == (name in closures[builder]), (name, builder)
+    assert keys() == before
+    rooms = {b: {n.split(".")[2] for n in closures[b] if n.startswith("dspark_lite.harness.")} for b in (WORLD, ZOO)}
+    assert rooms[WORLD] == rooms[ZOO] == {"hub", "toy"}  # no book, gpu or serving module shapes an artifact
+    assert "dspark_lite.dspark" in closures[ZOO] and "dspark_lite.dspark" not in closures[WORLD]
+    assert "dspark_lite.calibration" not in closures[ZOO]
+    assert len(closures[ZOO]) > 25  # read from the imports, not a hand-kept list
+
+
+def test_the_closure_follows_imports_inside_functions_and_the_packages_on_the_way(tmp_path: Path) -> None:
+    """A lazy import inside a function, a relative `from .. import name` of a module and an
+    absolute `import a.b.c` each bring their module into the closure, with the `__init__.py` of
+    every package on the way; a name imported from a module is not a module."""
+    package = _package_copy(tmp_path)
+    world = package / "harness" / "toy" / "world.py"
+    assert "dspark_lite.harness.book.plots" not in cache.import_closure(WORLD, package)
+    world.write_text(world.read_text() + "\n\ndef _later():\n    from ..book import plots\n"
+                     "    import dspark_lite.harness.serving.timing\n    from ...dspark import MarkovHead\n")
+    closure = cache.import_closure(WORLD, package)
+    for name in ("dspark_lite.harness.book.plots", "dspark_lite.harness.book", "dspark_lite.harness.serving",
+                 "dspark_lite.harness.serving.timing", "dspark_lite.dspark"):
+        assert name in closure, name
+    assert closure["dspark_lite.harness.book"] == package / "harness" / "book" / "__init__.py"
+    assert not any(name.endswith("MarkovHead") for name in closure)
+    with pytest.raises(ValueError, match="not a module of dspark_lite"):
+        cache.import_closure("dspark_lite.harness.toy.no_such_module", package)
+
+
+def test_a_builder_outside_the_package_is_keyed_by_its_own_file_and_what_it_imports() -> None:
+    closure = cache.import_closure(__name__)
+    assert closure[__name__] == Path(__file__).resolve()
+    assert "dspark_lite.harness.toy.cache" in closure and "dspark_lite.harness.toy.zoo" in closure  # imported lazily
+    assert not any(name.startswith("dspark_lite.harness.book") for name in closure)
 
 
 def test_rollouts_in_worker_processes_give_the_numbers_of_one_process(tmp_path: Path,
@@ -364,7 +419,7 @@ def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_pa
             runs[workers] = zoo.load_or_train_drafters(world, ["dflash", "dspark-markov"], recipe)
         finally:
             torch.set_num_threads(threads)
-        assert all(cache.contains(*zoo._drafter_entry(world, kind, recipe, 0)) for kind in runs[workers])
+        assert all(cache.contains(*zoo._drafter_entry(world, kind, recipe, 0), builder=zoo.__name__) for kind in runs[workers])
         assert bars.RELAY is None and zoo._TRAINING is None  # nothing of the workers' state is left here
     steps = zoo.training_steps("dflash", recipe)
     assert steps == zoo.training_steps("dspark-markov", recipe)

@@ -1,9 +1,11 @@
 """The trained-artifact cache (chapter 00).
 
 Artifacts (a tokenizer, a trained target, a drafter) are stored in folders named by a hash
-of the config that built them and of the source of the whole `dspark_lite` package (every
-module, so no list of "the modules that built it" can forget one), so a change of either
-builds afresh. The folder is ``$DSPARK_CACHE`` or, inside a checkout of
+of the config that built them and of the code that built them: the source of the builder's
+module and of every module of `dspark_lite` it imports, at any depth (`import_closure`, read
+from the imports with `ast`, never a hand-kept list). A change of either builds afresh; a change
+anywhere else (the book's pages and plots, the GPU path, the serving room, a chapter) keeps
+every key, so it is checked by a warm build. The folder is ``$DSPARK_CACHE`` or, inside a checkout of
 the book, ``<repo>/.cache/dspark`` (git-ignored); elsewhere ``~/.cache/dspark_lite``.
 
 A folder is built in a work folder beside it (``.partial-<name>``) and renamed only when
@@ -20,18 +22,21 @@ with the package installed) may opt in by setting ``$DSPARK_CACHE_URL`` to that 
 an artifact missing here is then fetched from it (`fetch_published`, with a progress bar and a
 line naming what and from where), checked file by file against the published hashes, and refused
 (deleted, then trained as usual) when any differs. Nothing is fetched while the variable is unset.
-Keys hash the package's source, so a run of other code than the build's finds nothing that
-matches and trains everything.
+Keys hash the builders' code, so a run of other code than the build's finds only the artifacts
+whose builders it shares, and trains the rest.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
+import functools
 import gzip
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tarfile
 import time
 import urllib.request
@@ -68,20 +73,105 @@ PACKAGE = Path(__file__).resolve().parents[2]  # the whole dspark_lite package, 
 
 
 def package_source_hash(package: Path = PACKAGE) -> str:
-    """sha256 of every `.py` file of the package (path and bytes, in sorted order)."""
+    """sha256 of every `.py` file of the package (path and bytes, in sorted order): what a published
+    cache was built from, recorded in its manifest. The keys hash less: `builder_hash`."""
     h = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
-def artifact_key(kind: str, config: dict[str, Any]) -> str:
-    """A short content hash of (kind, config, package version, the whole package's source)."""
+def _module_file(name: str, package: Path) -> Path | None:
+    """The file of module `name` inside `package` (a module or a sub-package), or None."""
+    parts = name.split(".")
+    if parts[0] != package.name:
+        return None
+    base = package.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file() and (len(parts) > 1 or candidate.name == "__init__.py"):
+            return candidate
+    return None
+
+
+def _imported_names(source: str, name: str, is_package: bool) -> set[str]:
+    """Every module name an import statement of module `name` may load (at any depth of its code,
+    lazy imports inside functions included): for `from x import y`, both x and x.y."""
+    home = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = home.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports_of(path: Path, name: str, stamp: tuple[int, int]) -> frozenset[str]:
+    """`_imported_names` of the file, read again whenever its `stamp` (mtime, size) changes."""
+    return frozenset(_imported_names(path.read_text(), name, path.name == "__init__.py"))
+
+
+def _closure(start: str, start_file: Path, package: Path) -> dict[str, Path]:
+    names: dict[str, Path] = {}
+    todo = [(start, start_file)]
+    while todo:
+        name, path = todo.pop()
+        if name in names:
+            continue
+        names[name] = path
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        stat = path.stat()
+        imported = _imports_of(path, name, (stat.st_mtime_ns, stat.st_size))
+        for other in sorted(imported.union(parents)):  # importing a module runs its packages' __init__
+            other_file = _module_file(other, package)
+            if other_file is not None and other not in names:
+                todo.append((other, other_file))
+    return dict(sorted(names.items()))
+
+
+def import_closure(module: str, package: Path = PACKAGE) -> dict[str, Path]:
+    """{module name: file} of `module` and of every module of `package` that importing it runs:
+    what it imports (read from its source with `ast`, imports inside functions included), what
+    those import, at any depth, and the `__init__.py` of every package on the way. `module` is a
+    module of the package (``dspark_lite.harness.toy.zoo``) or an imported one outside it (a
+    test's builder), whose own file is included and whose imports are followed into the package.
+    A ValueError names a module that is neither."""
+    path = _module_file(module, package)
+    if path is None:
+        loaded = sys.modules.get(module)
+        if loaded is None or not getattr(loaded, "__file__", None):
+            raise ValueError(f"{module!r} is not a module of {package.name} nor an imported module with a "
+                             "source file: the cache keys an artifact by its builder's module (the code "
+                             "that builds it, e.g. `__name__` of the module that calls load_or_build)")
+        path = Path(loaded.__file__)
+    return _closure(module, path.resolve(), package.resolve())
+
+
+def builder_hash(module: str, package: Path = PACKAGE) -> str:
+    """sha256 of the source of `import_closure(module)` (module names and bytes, sorted): what an
+    artifact built by `module` depends on, and so what its key hashes."""
+    h = hashlib.sha256()
+    for name, path in import_closure(module, package).items():
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def artifact_key(kind: str, config: dict[str, Any], *, builder: str) -> str:
+    """A short content hash of (kind, config, package version, the source of the builder's module
+    and of everything it imports from the package: `builder_hash`)."""
     h = hashlib.sha256()
     h.update(kind.encode())
     h.update(json.dumps(config, sort_keys=True, default=str).encode())
     h.update(__version__.encode())
-    h.update(package_source_hash().encode())
+    h.update(builder_hash(builder).encode())
     return h.hexdigest()[:16]
 
 
@@ -93,14 +183,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(folder: Path, config: dict[str, Any]) -> None:
-    """Record every file's sha256 (and the config) in folder/MANIFEST.json."""
+def write_manifest(folder: Path, config: dict[str, Any], builder: str | None = None) -> None:
+    """Record every file's sha256, the config and the builder's module in folder/MANIFEST.json."""
     files = {
         str(p.relative_to(folder)): _sha256(p)
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
-    (folder / MANIFEST).write_text(json.dumps({"config": config, "files": files}, indent=1, default=str))
+    (folder / MANIFEST).write_text(json.dumps({"config": config, "builder": builder, "files": files}, indent=1, default=str))
 
 
 def verify_manifest(folder: Path) -> None:
@@ -126,17 +216,18 @@ def check_digests(folder: Path, files: dict[str, str], listed_in: str) -> None:
             raise CorruptArtifact(f"{path}: its sha256 differs from {listed_in}'s (a corrupt or changed file)")
 
 
-def artifact_folder(kind: str, config: dict[str, Any], root: Path | None = None) -> Path:
-    """Where the artifact for (kind, config) is (or would be) cached."""
+def artifact_folder(kind: str, config: dict[str, Any], root: Path | None = None, *, builder: str) -> Path:
+    """Where the artifact for (kind, config), built by module `builder`, is (or would be) cached."""
     root = Path(root) if root is not None else cache_dir()
-    return root / f"{kind}-{artifact_key(kind, config)}"
+    return root / f"{kind}-{artifact_key(kind, config, builder=builder)}"
 
 
-def contains(kind: str, config: dict[str, Any], root: Path | None = None) -> bool:
-    """Whether a complete artifact for (kind, config) is cached (its folder passes its manifest).
+def contains(kind: str, config: dict[str, Any], root: Path | None = None, *, builder: str) -> bool:
+    """Whether a complete artifact for (kind, config) built by `builder` is cached (its folder
+    passes its manifest).
     With `$DSPARK_CACHE_URL` set, one missing here is first fetched from the published cache
     (`fetch_published`), so that only what it lacks is trained."""
-    folder = artifact_folder(kind, config, root)
+    folder = artifact_folder(kind, config, root, builder=builder)
     with contextlib.suppress(CorruptArtifact):
         verify_manifest(folder)
         return True
@@ -153,10 +244,10 @@ def contains(kind: str, config: dict[str, Any], root: Path | None = None) -> boo
         return fetch_published(folder)
 
 
-def work_folder(kind: str, config: dict[str, Any], root: Path | None = None) -> Path:
+def work_folder(kind: str, config: dict[str, Any], root: Path | None = None, *, builder: str) -> Path:
     """The stable folder where the artifact (kind, config) is built: an interrupted build leaves its
     training checkpoint there, and the next build of the same artifact resumes from it."""
-    folder = artifact_folder(kind, config, root)
+    folder = artifact_folder(kind, config, root, builder=builder)
     return folder.parent / f".partial-{folder.name}"
 
 
@@ -192,27 +283,31 @@ def load_or_build(
     build: Callable[[Path], None],
     load: Callable[[Path], T],
     root: Path | None = None,
+    *,
+    builder: str | None = None,
 ) -> T:
     """Load the artifact for (kind, config) from the cache, building it first if needed.
 
     `build(folder)` writes the artifact's files into its work folder (`work_folder`; a training
     checkpoints there and resumes from what an interrupted build left); `load(folder)` reads them
-    back. A corrupt cached folder is reported (warning with path and reason) and rebuilt. With
+    back. The key hashes `builder`'s code (`artifact_key`): the module named, by default the one
+    that defines `build`. A corrupt cached folder is reported (warning with path and reason) and rebuilt. With
     `$DSPARK_CACHE_URL` set, an artifact missing here is fetched from the published cache
     (`fetch_published`) before anything is built.
     """
-    folder = artifact_folder(kind, config, root)
+    builder = builder or getattr(build, "__module__", None) or getattr(getattr(build, "func", None), "__module__", "")
+    folder = artifact_folder(kind, config, root, builder=builder)
     with exclusive(folder):
         for present in (folder.exists, lambda: fetch_published(folder)):
             if present():
                 usable, value = _loaded(kind, folder, load)
                 if usable:
                     return value
-        work = work_folder(kind, config, root)
+        work = work_folder(kind, config, root, builder=builder)
         work.mkdir(parents=True, exist_ok=True)
         build(work)
         resume.Checkpointer(work).clear()  # a finished artifact carries no checkpoint
-        write_manifest(work, config)
+        write_manifest(work, config, builder)
         os.replace(work, folder)
     return load(folder)
 
@@ -235,7 +330,8 @@ def published_url() -> str | None:
 def current_artifacts(root: Path | None = None) -> list[Path]:
     """The complete artifact folders of the cache (`root`, default `cache_dir`) that this package's
     source would load: folders that pass their manifest and whose name is the key of their recorded
-    config now. Those built by other versions of the code (a restored older cache) are left out."""
+    config and builder now. Those built by other versions of the code (a restored older cache) are
+    left out."""
     root = Path(root) if root is not None else cache_dir()
     found = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
@@ -246,9 +342,10 @@ def current_artifacts(root: Path | None = None) -> list[Path]:
             verify_manifest(folder)
         except CorruptArtifact:
             continue
-        config = json.loads((folder / MANIFEST).read_text())["config"]
-        if artifact_key(kind, config) == key:
-            found.append(folder)
+        manifest = json.loads((folder / MANIFEST).read_text())
+        with contextlib.suppress(ValueError):  # no builder recorded, or one this process cannot read
+            if artifact_key(kind, manifest["config"], builder=str(manifest.get("builder"))) == key:
+                found.append(folder)
     return found
 
 
@@ -306,7 +403,8 @@ def _published_index(url: str) -> dict[str, Any] | None:
             print(f"Published cache {url}: {len(index['artifacts'])} trained artifacts, built by dspark_lite "
                   f"{index.get('dspark_lite', '?')}" + (
                       "; those missing here are fetched from it and checked against its sha256 hashes." if same else
-                      " from other source code than this copy's, so none of them matches: everything trains here."))
+                      " from other source code than this copy's: one missing here is fetched only where its key "
+                      "matches (the same config and builder code), the rest train here."))
         _INDEXES[url] = index
     return _INDEXES[url]
 
@@ -351,7 +449,7 @@ def fetch_published(folder: Path) -> bool:
     entry = (index or {}).get("artifacts", {}).get(folder.name)
     if entry is None:
         _NOT_FETCHED.add(f"{url} {folder.name}")
-        if index is not None and index.get("package_source") == package_source_hash():
+        if index is not None:
             print(f"{folder.name} is not in the published cache: it trains here.")
         return False
     source = f"{url}/{entry['archive']}"

@@ -201,7 +201,7 @@ def load_or_train_seeds(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     recipe = recipe or world.profile.drafter
     jobs = [(_check_kind(kind), seed) for kind in kinds for seed in seeds]
     entries = {(kind, seed): _drafter_entry(world, kind, recipe, seed) for kind, seed in jobs}
-    missing = [job for job, entry in entries.items() if not cache.contains(*entry)]
+    missing = [job for job, entry in entries.items() if not cache.contains(*entry, builder=__name__)]
     workers = worker_processes(model_device(world.target))
     names = ' + '.join(dict.fromkeys(kind for kind, _ in missing))
     if workers > 1 and len(missing) > 1:  # one single-thread process a drafter, whatever its recipe
@@ -222,7 +222,8 @@ def _train_side_by_side(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     """Train `kinds` (of one training config) from one seed in one loop sharing one view of the
     target, and cache each."""
     group = {kind: BUILDERS[kind](world, recipe, seed) for kind in kinds}
-    work = cache.work_folder("drafters", {"members": sorted(cache.artifact_folder(*entries[(k, seed)]).name for k in group)})
+    members = sorted(cache.artifact_folder(*entries[(k, seed)], builder=__name__).name for k in group)
+    work = cache.work_folder("drafters", {"members": members}, builder=__name__)
     with cache.exclusive(work):
         histories = training.train_drafters(group, world.target, training_replies(world, recipe),
                                             cfg, seed,
