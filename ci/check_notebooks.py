@@ -78,8 +78,8 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
             lines = len(source.splitlines())
             if lines > LONGEST_CODE_CELL:
                 problems.append(f"{name}: cell {i}: {lines} lines of code; a notebook viewer shows every code cell, "
-                                f"so keep each to {LONGEST_CODE_CELL} lines (bookkeeping goes to "
-                                "dspark_lite/harness/book/pages/)")
+                                f"so keep each to {LONGEST_CODE_CELL} lines (split the cell where its steps part, or "
+                                "move a generic helper into dspark_lite/harness/book/)")
     params = [i for i, c in enumerate(raw_cells)
               if c.get("cell_type") == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(params) != 1:

@@ -239,11 +239,12 @@ def test_torchrun_shards_pool_to_the_single_process_run(tmp_path: Path) -> None:
 def test_every_chapter_builds_its_world_on_its_device() -> None:
     """Issue 31, item 1: a chapter hands DEVICE to `load_toy_world` (the target trains there) and draws
     its samples from a generator on that device, instead of moving the models after training. The
-    chapters set up through `pages.start` (directly or through their page module's `setup`), so the
-    calls are read in the notebooks and in the page modules alike."""
+    chapters set up through `notebook.start` (in a cell, or through a page module's `setup` while one is
+    left), so the calls are read in the notebooks and in the book room's modules alike."""
     import re
 
-    pages = sorted((Path(__file__).resolve().parents[1] / "dspark_lite" / "harness" / "book" / "pages").glob("*.py"))
+    book = Path(__file__).resolve().parents[1] / "dspark_lite" / "harness" / "book"
+    pages = sorted(book.glob("pages/*.py")) + [book / "notebook.py"]
     sources = {p.name: p.read_text() for p in pages}
     for notebook in CHAPTERS:
         sources[notebook.name] = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells
@@ -264,7 +265,7 @@ def test_every_chapter_builds_its_world_on_its_device() -> None:
         number = notebook.stem.split("_")[0]
         if "01" <= number <= "06b":
             source = sources[notebook.name]
-            assert "pages.start(PROFILE, DEVICE, SEED" in source or (
+            assert re.search(r"\bstart\(PROFILE, DEVICE, SEED", source) or (
                 f"ch{number}" in setups and f"ch{number}.setup(PROFILE, DEVICE, SEED)" in source), notebook.name
 
 

@@ -1,0 +1,54 @@
+"""What every chapter does first: say how long it ran in the latest cold build (`run_time_note`)
+and set up its run (`start`: the figure theme, the profile's sizes, the device, the seeds and the
+toy world), saying where the run is. Generic: a chapter names itself by its notebook's stem.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..result_files import REPO
+from ..toy.profiles import Profile, get_profile
+from ..toy.world import ToyWorld, load_toy_world
+from ..gpu.devices import runtime_banner
+from ...runtime import resolve_device, seed_everything
+from . import plots
+from .results import say
+
+BUILD_TIMES = REPO / "data" / "build" / "cold_build_times.json"
+
+
+def run_time_note(chapter: str, times: Path = BUILD_TIMES) -> None:
+    """Say how long `chapter` (a notebook stem, "04_markov_head") took in the latest cold build
+    (full profile, empty cache) and on a GPU where one has run it, from the committed build
+    times: the "before you run" note's measured half."""
+    if not Path(times).exists():  # the package installed outside a clone: the timings stay in the repository
+        say("**Run time.** The cold-build timings are in the book's repository (`data/build/`), not in the installed "
+            "package; the rendered book shows them.")
+        return
+    record = json.loads(Path(times).read_text())
+    if chapter not in record["minutes"]:
+        raise ValueError(f"no cold-build time for {chapter!r}; known: {', '.join(sorted(record['minutes']))}")
+    gpu = record.get("gpu_minutes", {}).get(chapter)
+    say(f"**Run time.** In the latest cold build ({record['build']}; {record['machine']}) this chapter took "
+        f"{record['minutes'][chapter]:g} minutes at the full profile with an empty cache; with the cache warm it "
+        "loads what it trained instead. "
+        + (f"On a GPU it took {gpu:g} minutes." if gpu is not None else "No GPU has run it yet."))
+
+
+def start(profile_name: str, device_name: str, seed: int,
+          world: bool = True) -> tuple[Profile, torch.device, torch.Generator, ToyWorld | None]:
+    """A chapter's setup, in the book's order: the figure theme, the profile's sizes, the device,
+    every generator seeded with `seed` (the returned torch generator is the chapter's) and, with
+    `world`, the toy world (loaded from the artifact cache, or trained there once). The cell's first
+    output says where the run is: profile, device, weights' dtype, worker processes and threads.
+    Returns (profile, device, generator, world or None)."""
+    plots.set_theme()
+    profile = get_profile(profile_name)
+    device = resolve_device(device_name)
+    generator = seed_everything(seed, device)
+    toy = load_toy_world(profile, seed, device=device) if world else None
+    say(f"**This run:** the {profile.name} profile; {runtime_banner(device)}.")
+    return profile, device, generator, toy
