@@ -265,6 +265,51 @@ def ratio_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
     return Interval(*(float(100 * np.expm1(v)) for v in (mean, mean - half, mean + half)))
 
 
+def tau_gaps(a: Mapping[str, Sequence], b: Mapping[str, Sequence], seed: int = 0) -> dict[str, Interval]:
+    """`tau_difference` of two drafters in each domain, paired: {domain: tau(a) - tau(b)}, where `a`
+    and `b` map each domain to its per-generation (tokens, rounds), one list per seed, both measured
+    on the same prompts (chapter 04's Table 1 and Figure 3)."""
+    if set(a) != set(b):
+        raise ValueError(f"both drafters need the same domains, got {sorted(a)} and {sorted(b)}")
+    return {domain: tau_difference(a[domain], b[domain], seed=seed) for domain in a}
+
+
+def _first_minus_last(curves) -> np.ndarray:
+    """The values at the first position minus those at the last, per seed and unit: [seeds, units]
+    (in the curves' own dtype, as the chapters computed it)."""
+    curves = np.asarray(curves)
+    return curves[..., 0] - curves[..., -1]
+
+
+def slot_falls(per_slot: Mapping[str, Sequence], seed: int = 0) -> dict[str, Interval]:
+    """How far a drafter's per-slot acceptance falls from the first slot to the last, per domain,
+    with a bootstrap over the seeds, then the units (replies): `per_slot` maps each domain to its
+    acceptances [seeds, units, slots] (chapter 04's Figure 2); a negative fall is a rise."""
+    return {domain: mean_interval(_first_minus_last(curves), seed=seed) for domain, curves in per_slot.items()}
+
+
+def slot_fall_differences(base: Mapping[str, Sequence], other: Mapping[str, Sequence],
+                          seed: int = 0) -> dict[str, Interval]:
+    """`base`'s fall from the first slot to the last minus `other`'s, per domain, paired (the same
+    units and seed index on both sides, as `slot_falls` takes them): above zero where `other`'s
+    curve is flatter beyond the noise."""
+    if set(base) != set(other):
+        raise ValueError(f"both drafters need the same domains, got {sorted(base)} and {sorted(other)}")
+    return {domain: mean_interval(_first_minus_last(base[domain]) - _first_minus_last(other[domain]), seed=seed)
+            for domain in base}
+
+
+def race_speedup(race: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], faster: str,
+                 slower: str) -> Interval:
+    """How much faster `faster` decodes than `slower` per second, in percent (`ratio_interval`): the
+    geometric mean of their tokens-per-second ratios over every pass of a race in every domain, each
+    pass timing both on the same prompts. `race` maps a domain to each decoder's result, whose
+    "tokens_per_s_all" lists its passes (the serving room's race, chapter 04's section 4.8)."""
+    pairs = [(a, b) for domain in race
+             for a, b in zip(race[domain][faster]["tokens_per_s_all"], race[domain][slower]["tokens_per_s_all"])]
+    return ratio_interval([a for a, _ in pairs], [b for _, b in pairs])
+
+
 
 # The book's wordings: one function per verdict, one wording per function.
 
