@@ -168,6 +168,22 @@ def write_json(payload: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+SGLANG_STS_FILE = "sglang_sts.json"
+TRTLLM_STS_FILE = "trtllm_sts.json"
+
+
+def write_sts_files(temperatures: Sequence[float], folder: str | Path, dataset: str = "", num_samples: int = 0,
+                    ece_before: Sequence[float] = (), ece_after: Sequence[float] = ()) -> tuple[Path, Path]:
+    """One STS fit handed to both engines: `sglang_sts.json` for SGLang's
+    `--speculative-dspark-confidence-sts-path` and `trtllm_sts.json` for TensorRT-LLM's
+    `confidence_sts_path`, in `folder`, the same temperatures under each engine's key, with what
+    they were fitted on. Returns the two paths (SGLang's, TensorRT-LLM's)."""
+    folder = Path(folder)
+    sglang = sglang_sts_calibration(temperatures, dataset, num_samples, ece_before, ece_after)
+    trtllm = trtllm_sts_calibration(temperatures, dataset, num_samples, ece_before, ece_after)
+    return write_json(sglang, folder / SGLANG_STS_FILE), write_json(trtllm, folder / TRTLLM_STS_FILE)
+
+
 def sglang_command(model: str, draft: str, sps_table: str | Path, sts: str | Path) -> str:
     """The SGLang launch command that reads both files (the book prints it, never runs it)."""
     return (f"python -m sglang.launch_server --model-path {model} --speculative-algorithm DSPARK "
