@@ -218,3 +218,44 @@ def test_macro_gain_change_is_the_difference_of_two_gains_on_the_same_prompts() 
     assert verdicts.compared(nearly) == verdicts.TIE  # half a point of gain is inside 40 generations' noise
     with pytest.raises(ValueError, match="same domains"):
         verdicts.macro_gain_change(hi_a, hi_b, lo_a, {"math": lo_b["math"]})
+
+
+def seeded(tau: float, seed: int) -> list:
+    """2 seeds x 30 generations of 10 rounds each, about `tau` tokens a round: [seeds, generations, 2]."""
+    rng = np.random.default_rng(seed)
+    return [[[float(np.round(10 * tau + rng.normal(0, 1))), 10.0] for _ in range(30)] for _ in range(2)]
+
+
+def test_tau_gaps_call_a_domain_won_only_beyond_the_noise() -> None:
+    a = {"math": seeded(5.0, 0), "code": seeded(4.5, 1), "chat": seeded(3.0, 2)}
+    b = {"math": seeded(4.0, 3), "code": seeded(3.5, 4), "chat": seeded(3.0, 5)}
+    gaps = verdicts.tau_gaps(a, b, seed=0)
+    assert list(gaps) == ["math", "code", "chat"]
+    assert [d for d, gap in gaps.items() if gap.above_zero] == ["math", "code"]
+    assert gaps["math"].estimate == pytest.approx(verdicts.pooled_tau(a["math"]) - verdicts.pooled_tau(b["math"]))
+    assert gaps["math"] == verdicts.tau_difference(a["math"], b["math"], seed=0)  # the same draw, domain by domain
+    with pytest.raises(ValueError, match="same domains"):
+        verdicts.tau_gaps(a, {"math": b["math"]})
+
+
+def test_slot_falls_and_their_paired_differences_follow_the_curves() -> None:
+    rng = np.random.default_rng(0)
+    curve = lambda fall: np.clip(0.9 - fall * np.linspace(0, 1, 4) + rng.normal(0, 0.01, (2, 20, 4)), 0, 1)
+    falling, flat = {d: curve(0.3) for d in ("math", "chat")}, {d: curve(0.0) for d in ("math", "chat")}
+    falls = verdicts.slot_falls(falling, seed=0)
+    assert all(v.estimate == pytest.approx(0.3, abs=0.02) and v.above_zero for v in falls.values())
+    assert not any(v.above_zero or v.below_zero for v in verdicts.slot_falls(flat, seed=0).values())
+    cut = verdicts.slot_fall_differences(falling, flat, seed=0)  # the flat curve is flatter beyond the noise
+    assert all(v.above_zero for v in cut.values())
+    assert cut["math"].estimate == pytest.approx(falls["math"].estimate - verdicts.slot_falls(flat)["math"].estimate)
+    assert verdicts.slot_falls({"math": falling["math"].astype(np.float32)})["math"].estimate == pytest.approx(0.3, abs=0.02)
+
+
+def test_race_speedup_pairs_every_pass_of_every_domain() -> None:
+    race = {d: {"ours": {"tokens_per_s_all": [20.0, 22.0, 18.0]}, "alone": {"tokens_per_s_all": [10.0, 11.0, 9.0]}}
+            for d in ("math", "chat")}
+    twice = verdicts.race_speedup(race, "ours", "alone")
+    assert (twice.estimate, twice.low, twice.high) == pytest.approx((100.0, 100.0, 100.0))  # twice as fast in every pass
+    race["chat"]["ours"]["tokens_per_s_all"] = [9.0, 12.0, 10.0]
+    mixed = verdicts.race_speedup(race, "ours", "alone")
+    assert mixed.low < 0 < mixed.high and verdicts.race_speedup(race, "alone", "ours").estimate < 0
