@@ -26,7 +26,9 @@ figure is moved as a reader moves it, with the mouse and the keyboard (a slider:
 to the right end, then Home; a select: its first two options picked), it must then show that
 value, and the figure's SVG must change between the two, with no console error; the figure is screenshotted in both states
 (<page>__fig<i>__<control>_<state>.png). A page with an interactive figure must weigh under
-PAGE_LIMIT_BYTES with everything it loads.
+PAGE_LIMIT_BYTES with everything it loads. The notebooks the site offers for download (its
+_sources copies) must draw their figures outside the site: none may load from _static/vega, and
+each interactive figure carries a static image (ci/vega_figures.py, `download_problems`).
 """
 from __future__ import annotations
 
@@ -359,6 +361,9 @@ def check_site(html_dir: Path, screenshot_dir: Path | None = None, *,
     if chapters is None:
         chapters = [p for p in pages if p != "index.html"]
     problems += [f"{c}: chapter page missing from the build" for c in chapters if c not in pages]
+    from ci.vega_figures import download_problems
+
+    problems += download_problems(html_dir)
     if screenshot_dir is not None:
         Path(screenshot_dir).mkdir(parents=True, exist_ok=True)
 

@@ -8,6 +8,13 @@ book's Sphinx fixes, the chapters' non-notebook assets and the executed notebook
 EXECUTED/chapters, papermill's injected-parameters cell hidden), then runs
 `jupyter-book build --all -W -n --keep-going`: every warning is an error, all reported at once.
 
+Interactive figures (ci/vega_figures.py): an executed notebook shows each Altair chart as its
+Vega-Lite spec and a PNG, which draw offline in any notebook viewer. Only the copy Jupyter Book
+renders shows it as the HTML that draws the chart live from the site's own _static/vega/; the
+notebook a page's download button offers (OUT/_build/html/_sources/chapters/NAME.ipynb, which
+Sphinx copies from the rendered source) is then overwritten with the offline copy, staged in
+OUT/_build/downloads.
+
 A chapter that failed or never ran (EXECUTED/status.json, written by ci/run_notebooks.py) is
 still rendered, from what executed (or from its source), under a banner at the top of its page
 that says what failed, where, and the command that reruns it: a failed chapter costs its own
@@ -25,6 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `ci` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ci import vega_figures
 from ci.toc import REPO, toc_notebooks
 
 VENDORED = ("require.js", "widgets/embed-setup.js", "widgets/embed-amd.js", "mathjax/tex-chtml.js")
@@ -50,10 +58,11 @@ def stage(executed: Path, out: Path, root: Path = REPO) -> Path:
     if missing:
         raise BuildError("executed notebooks missing (run ci/run_notebooks.py first):\n  "
                          + "\n  ".join(missing))
-    src = out / "_build" / "src"
-    if src.exists():
-        shutil.rmtree(src)
-    src.mkdir(parents=True)
+    src, downloads = out / "_build" / "src", out / "_build" / "downloads"
+    for folder in (src, downloads):
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
     for name in ("_config.yml", "_toc.yml", *[p.name for p in root.glob("*.bib")]):
         shutil.copy2(root / name, src / name)
     # hard links: 16 MB of MathJax need not be copied on every build
@@ -61,12 +70,35 @@ def stage(executed: Path, out: Path, root: Path = REPO) -> Path:
     shutil.copytree(root / "ci" / "sphinxext", src / "ci" / "sphinxext", ignore=SKIP)
     if (root / "chapters").is_dir():  # figures and other files the chapters refer to
         shutil.copytree(root / "chapters", src / "chapters", ignore=SKIP, dirs_exist_ok=True)
+    versions = vega_figures.vendored_versions(root)
     for nb in notebooks:
-        (src / nb).parent.mkdir(parents=True, exist_ok=True)
+        for folder in (src, downloads):
+            (folder / nb).parent.mkdir(parents=True, exist_ok=True)
         entry = status.get(Path(nb).stem, {"status": "ok"})
         ran = executed / nb if (executed / nb).is_file() else root / nb
-        _hide_injected_parameters(ran, src / nb, None if entry["status"] == "ok" else failure_banner(entry))
+        _hide_injected_parameters(ran, downloads / nb, None if entry["status"] == "ok" else failure_banner(entry))
+        _for_the_page(downloads / nb, src / nb, versions)
     return src
+
+
+def _for_the_page(offline: Path, dst: Path, versions: dict[str, str]) -> None:
+    """Copy a staged notebook for Jupyter Book to render, each interactive figure shown as the HTML
+    that draws it from the site's _static/vega/ (`vega_figures.for_the_page`)."""
+    nb = json.loads(offline.read_text(encoding="utf-8"))
+    vega_figures.for_the_page(nb, versions)
+    dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def offer_offline_downloads(out: Path, html: Path) -> list[str]:
+    """Overwrite each notebook the built site offers for download (html/_sources/...) with its offline
+    copy (OUT/_build/downloads); return what still would not draw offline (`vega_figures.download_problems`:
+    a chapter executed before its figures were offline-safe, say)."""
+    downloads = Path(out) / "_build" / "downloads"
+    for offline in sorted(downloads.rglob("*.ipynb")):
+        copy = Path(html) / "_sources" / offline.relative_to(downloads)
+        if copy.is_file():
+            shutil.copy2(offline, copy)
+    return vega_figures.download_problems(html)
 
 
 def _read_status(executed: Path) -> dict[str, dict]:
@@ -120,7 +152,10 @@ def build_book(executed: Path, out: Path, root: Path = REPO) -> Path:
     print("+ jupyter-book " + " ".join(cmd[3:]), flush=True)
     if subprocess.run(cmd).returncode != 0:
         raise BuildError(f"jupyter-book build failed (warnings are errors; see above); source staged in {src}")
-    return Path(out) / "_build" / "html"
+    html = Path(out) / "_build" / "html"
+    for problem in offer_offline_downloads(Path(out), html):  # ci/browser_check.py fails on these
+        print(f"build_book: {problem}", file=sys.stderr)
+    return html
 
 
 def main(argv: list[str] | None = None) -> int:

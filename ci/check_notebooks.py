@@ -165,8 +165,10 @@ def figure_output_problems(out: dict) -> list[str]:
 def output_problems(executed: Path, name: str | None = None) -> list[str]:
     """What an executed notebook's outputs must not show: a cell with more than one progress bar
     (the package makes nested bars transient; a cell running several long calls wraps them in one
-    bar of its own), warning text, anything on stderr, or a raw repr where a reader expects a
-    sentence (a cell whose last line returns a string or a path, numpy's np.True_)."""
+    bar of its own), warning text, anything on stderr, a raw repr where a reader expects a
+    sentence (a cell whose last line returns a string or a path, numpy's np.True_), or a figure
+    that a notebook viewer cannot draw offline (ci/vega_figures.py: an output that loads from
+    the built site's _static/vega, an interactive figure without a static image)."""
     name = name or str(executed)
     problems = []
     for i, cell, _ in cells(executed, "code"):
@@ -195,7 +197,9 @@ def output_problems(executed: Path, name: str | None = None) -> list[str]:
         figures = [out for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
         for k, out in enumerate(figures, start=1):
             problems += [f"{name}: {where} figure {k}: {p}" for p in figure_output_problems(out)]
-    return problems
+    from ci.vega_figures import offline_problems
+
+    return problems + offline_problems(json.loads(Path(executed).read_text(encoding="utf-8")), name)
 
 
 def check_book(root: Path = REPO) -> list[str]:

@@ -69,30 +69,20 @@ _tqdm_auto.tqdm = _tqdm_autonotebook.tqdm = TextBar
 _tqdm_auto.trange = _tqdm_autonotebook.trange = lambda *args, **kwargs: TextBar(range(*args), **kwargs)
 
 
-# Interactive figures (dspark_lite/harness/book/interactive.py, Altair): in the build they load Vega
-# from the book's own _static/vega/ (vendored from the npm registry by ci/vendor_widgets.sh,
-# files named <library>@<version>), never from a CDN, and draw SVG. In Jupyter and on Colab
+# Interactive figures (dspark_lite/harness/book/interactive.py, Altair): in the build every chart
+# is one output that draws offline in any notebook viewer, its Vega-Lite spec beside a PNG of it,
+# loading no script (ci/vega_figures.py). Only the copy of the notebook that the rendered book
+# draws gets the HTML that loads Vega from the book's own _static/vega/ (ci/build_book.py), so the
+# executed notebooks and the book's download copies never point there. In Jupyter and on Colab
 # Altair's own default applies.
-def _vendored_vega_versions():
-    from pathlib import Path
-
-    for folder in (Path.cwd(), *Path.cwd().parents):
-        vega = folder / "_vendor" / "vega"
-        if vega.is_dir():
-            return dict(f.name.split("@", 1) for f in vega.iterdir() if "@" in f.name)
-    return {}
-
-
 try:
-    import altair as _alt
+    import altair as _alt  # noqa: F401
 except ImportError:  # not installed: the chapters that need it say so when they import it
     pass
 else:
-    _versions = _vendored_vega_versions()
-    if {"vega", "vega-lite", "vega-embed"} <= set(_versions):
-        _alt.renderers.enable("html", base_url="../_static/vega", vega_version=_versions["vega"],
-                              vegalite_version=_versions["vega-lite"], vegaembed_version=_versions["vega-embed"],
-                              embed_options={"renderer": "svg", "actions": False})
+    from ci.vega_figures import enable as _enable_offline_figures
+
+    _enable_offline_figures()
 
 
 # Figures: every PNG a chapter shows (IPython's inline backend saves each through

@@ -13,7 +13,12 @@ A chapter fails on:
 - a Markdown output (what `results.say` shows: the sentences a run measured) that is not on the page
   as rendered text (shown raw, its markup would keep its sentences from matching);
 - a verdict box ("What this run shows") whose rows' claims and verdicts are not all on the page;
-- a chapter that has a verdict box but no Markdown output saying what its run measured.
+- a chapter that has a verdict box but no Markdown output saying what its run measured;
+- a figure that does not draw offline: an image that does not load, a local file that is not there,
+  an output that says "Error loading script" (an Altair chart pointed at the built site's
+  `../_static/vega`), and, read from the notebook itself, any output that loads from `_static/vega`,
+  draws a chart by script only, or shows an interactive figure with no static image beside it
+  (ci/vega_figures.py: the build shows each chart as its Vega-Lite spec and a PNG).
 Screenshots (`--screenshots`) are full pages, one per chapter, named <chapter>__notebook.png.
 """
 from __future__ import annotations
@@ -44,6 +49,15 @@ JS_READER_TEXT = """() => {
 # A MyST directive as a notebook viewer leaves it: a code block whose first line is the option ":class: dropdown".
 DIRECTIVE_OPTION = re.compile(r"(?<!\S):(?:class|name|open):(?=\s)")
 RAW_REPRS = ("<IPython.core.display.Markdown object>", "<IPython.core.display.HTML object>")
+# What a notebook viewer draws of each figure: images that did not load, outputs that say a script did not.
+JS_FIGURES = """() => ({
+    images: document.querySelectorAll('.jp-OutputArea-output img').length,
+    broken: Array.from(document.images).filter(img => !(img.complete && img.naturalWidth > 0))
+        .map(img => (img.getAttribute('src') || '').slice(0, 80)),
+    errors: Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+        .filter(el => /Error loading script|Javascript Error/.test(el.innerText))
+        .map(el => el.innerText.trim().split('\\n')[0].slice(0, 160)),
+})"""
 VERDICT_CAPTION = "What this run shows"
 VERDICTS = ("not reproduced", "reproduced", "not testable here")
 
@@ -146,6 +160,14 @@ def problems_in(page_text: str, notebook: Path, exp: Expected) -> list[str]:
     return found
 
 
+def figure_problems(name: str, drawn: dict, failed: list[str]) -> list[str]:
+    """What a notebook viewer could not draw (`JS_FIGURES`'s answer, the local URLs that did not load)."""
+    found = [f"{name}: a figure does not draw in a notebook viewer: {error}" for error in drawn["errors"]]
+    found += [f"{name}: an image does not load in a notebook viewer: {src}" for src in drawn["broken"]]
+    found += [f"{name}: a local file does not load: {url}" for url in dict.fromkeys(failed)]
+    return found
+
+
 def render(notebook: Path, folder: Path) -> Path:
     """The notebook as nbconvert's lab template shows it (every input and output), written to folder."""
     from nbconvert import HTMLExporter
@@ -158,8 +180,13 @@ def render(notebook: Path, folder: Path) -> Path:
 
 def check_notebooks(notebooks: list[Path], screenshot_dir: Path | None = None,
                     chromium: str = CHROMIUM) -> tuple[list[str], dict[str, dict]]:
-    """(problems, {chapter: {"markdown_outputs", "verdict_rows"}}) for executed notebooks."""
+    """(problems, {chapter: {"markdown_outputs", "verdict_rows", "figures"}}) for executed notebooks
+    ("figures": the images a notebook viewer shows)."""
+    import json
+
     from playwright.sync_api import sync_playwright
+
+    from ci.vega_figures import offline_problems
 
     if not Path(chromium).is_file():
         raise ChromiumNotFound(f"Chromium not found at {chromium}: run `make chromium` or `apt-get install chromium`")
@@ -168,13 +195,25 @@ def check_notebooks(notebooks: list[Path], screenshot_dir: Path | None = None,
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1100, "height": 900})
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+        failed: list[str] = []
+        page.on("requestfailed", lambda r: failed.append(r.url) if r.url.startswith(base) else None)
+        page.on("response", lambda r: failed.append(r.url) if r.url.startswith(base) and r.status >= 400 else None)
         for notebook in notebooks:
             html = render(notebook, Path(tmp))
+            failed.clear()
             page.goto(f"{base}/{html.name}", wait_until="load")
+            try:  # a script that fails to load reports it after the load event
+                page.wait_for_load_state("networkidle", timeout=5000)
+            except Exception:  # noqa: BLE001 - still loading after 5 s: read what is there
+                pass
             text = page.evaluate(JS_READER_TEXT)
+            drawn = page.evaluate(JS_FIGURES)
             exp = expected(notebook)
             problems += problems_in(text, notebook, exp)
-            seen[notebook.stem] = {"markdown_outputs": len(exp.markdown), "verdict_rows": len(exp.verdict_rows)}
+            problems += figure_problems(notebook.stem, drawn, [u.removeprefix(base) for u in failed])
+            problems += offline_problems(json.loads(notebook.read_text(encoding="utf-8")), notebook.stem)
+            seen[notebook.stem] = {"markdown_outputs": len(exp.markdown), "verdict_rows": len(exp.verdict_rows),
+                                   "figures": drawn["images"]}
             if screenshot_dir is not None:
                 screenshot_dir.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshot_dir / f"{notebook.stem}__notebook.png"), full_page=True)
@@ -195,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no executed notebooks in {args.folder}" + (f" named {args.only}" if args.only else ""))
     problems, seen = check_notebooks(notebooks, args.screenshots)
     for name, counts in seen.items():
-        print(f"{name:<28} {counts['markdown_outputs']:>3} Markdown outputs, {counts['verdict_rows']:>3} verdict rows")
+        print(f"{name:<28} {counts['markdown_outputs']:>3} Markdown outputs, {counts['verdict_rows']:>3} verdict rows, "
+              f"{counts['figures']:>3} figures")
     for p in problems:
         print(p)
     print(f"notebook view: {len(problems)} problem(s)" if problems else "notebook view: every chapter reads clean")

@@ -56,22 +56,39 @@ def widget_page(with_js: bool) -> str:
 
 
 def vega_page(live: bool) -> str:
-    """A page with one Altair figure rendered as the book build renders it (vendored Vega, SVG):
-    a slider that moves a point, or (not live) a slider bound to nothing the marks read."""
+    """A page with one Altair figure rendered as the book build renders it: the executed notebook's
+    output (ci/vega_figures.offline_bundle: the spec beside its PNG) with the HTML that only the
+    rendered copy gets (vega_figures.for_the_page: the vendored Vega from ../_static/vega, SVG): a
+    slider that moves a point, or (not live) a slider bound to nothing the marks read."""
     import altair as alt
 
-    versions = dict(f.name.split("@", 1) for f in (REPO / "_vendor" / "vega").glob("*@*"))
+    from ci import vega_figures
+
+    versions = vega_figures.vendored_versions()
     x = alt.param(name="x", value=1, bind=alt.binding_range(min=0, max=3, step=1, name="x "))
     data = alt.Chart(alt.Data(values=[{"x": i, "y": i * i} for i in range(4)]))
     chart = data.mark_line().encode(x="x:Q", y="y:Q")
     if live:
         chart += data.transform_filter("datum.x == x").mark_point(size=200, filled=True).encode(x="x:Q", y="y:Q")
-    html = alt.utils.html.spec_to_html(
-        chart.add_params(x).to_dict(), mode="vega-lite", fullhtml=False, template="universal",
-        base_url="../_static/vega", vega_version=versions["vega"], vegalite_version=versions["vega-lite"],
-        vegaembed_version=versions["vega-embed"], embed_options={"renderer": "svg", "actions": False},
-        output_div="vis")
+    bundle, _ = vega_figures.offline_bundle(chart.add_params(x).to_dict())
+    assert "_static/vega" not in json.dumps(bundle) and "image/png" in bundle  # what the executed notebook keeps
+    nb = {"cells": [{"cell_type": "code", "id": "fig", "outputs": [{"output_type": "display_data", "data": bundle}]}]}
+    assert vega_figures.for_the_page(nb, versions) == 1
+    html = nb["cells"][0]["outputs"][0]["data"]["text/html"]
+    for library in ("vega", "vega-lite", "vega-embed"):  # the site's own copies, at the vendored versions
+        assert f'"{library}": "../_static/vega/{library}@{versions[library]}?noext"' in html, library
+    assert '"renderer": "svg"' in html and '<div id="vega-fig-0"></div>' in html
     return page(f'<div class="cell_output">{html}</div>')
+
+
+def offline_copy() -> str:
+    """A notebook as the site offers it for download: its chart as the spec beside a PNG."""
+    from ci import vega_figures
+
+    x = {"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}}}
+    bundle, _ = vega_figures.offline_bundle(x)
+    return json.dumps({"cells": [{"cell_type": "code", "id": "a", "outputs": [{"output_type": "display_data",
+                                                                              "data": bundle}]}]})
 
 
 def icon_page(with_font: bool) -> str:
@@ -138,12 +155,17 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     for rel, html in PLANTED.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(html() if callable(html) else html)
+    (site / "_sources" / "chapters").mkdir(parents=True)  # the notebooks the download buttons offer
+    (site / "_sources" / "chapters" / "interactive.ipynb").write_text(offline_copy())
+    stale = json.loads(offline_copy())
+    stale["cells"][0]["outputs"][0]["data"] = {"text/html": vega_page(live=True), "text/plain": "chart"}
+    (site / "_sources" / "chapters" / "stale.ipynb").write_text(json.dumps(stale))
     shots = site.parent / "shots"
     problems = check_site(site, shots, chapters=[p for p in PLANTED if p.startswith("chapters/")],
                           wait_ms=4000)
     by_page: dict[str, list[str]] = {rel: [] for rel in PLANTED}
     for p in problems:
-        by_page[p.split(": ", 1)[0]].append(p)
+        by_page.setdefault(p.split(": ", 1)[0], []).append(p)
     by_page["_screenshots"] = sorted(f.name for f in shots.glob("*.png"))
     by_page["_shapes"] = json.loads((shots / browser_check.SHAPE_FILE).read_text())
     return by_page
@@ -199,6 +221,14 @@ def test_interactive_figure_redraws_offline_and_a_dead_control_fails(planted: di
     assert {"chapters__interactive__fig0__x_0.png", "chapters__interactive__fig0__x_1.png"} <= set(planted["_screenshots"])
     assert any("moving `x` to ['3', '0'] did not change what is drawn" in p
                for p in planted["chapters/interactive_dead.html"]), planted["chapters/interactive_dead.html"]
+
+
+def test_a_download_copy_must_draw_its_figures_offline(planted: dict[str, list[str]]) -> None:
+    """A notebook the site offers for download whose chart loads from _static/vega (drawn only inside the
+    site) fails; one that shows the spec beside its PNG passes."""
+    assert "_sources/chapters/interactive.ipynb (download copy)" not in planted
+    stale = planted["_sources/chapters/stale.ipynb (download copy)"]
+    assert len(stale) == 1 and "cell 0 (id a) loads Vega from ../_static/vega" in stale[0], stale
 
 
 def test_a_control_a_reader_cannot_move_fails(planted: dict[str, list[str]]) -> None:

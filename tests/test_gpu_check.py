@@ -46,7 +46,8 @@ def _code(source: str) -> str:
 
 def _sources() -> dict[str, str]:
     """Every piece of code the check runs: the chapters it executes (smoke 01-06b, the full ones,
-    07's cells), the package, and the runner with its kernel setup and this script."""
+    07's cells), the package, and the runner with its kernel setup (and the figures' renderer it
+    enables) and this script."""
     names = smoke_chapters([nb.stem for nb in toc_notebooks(REPO)]) + ["07_qwen3_4b_gpu"]
     out = {}
     for name in names:
@@ -55,7 +56,7 @@ def _sources() -> dict[str, str]:
             if cell.cell_type == "code":
                 out[f"{name} cell {i}"] = _code(cell.source)
     for path in sorted((REPO / "dspark_lite").rglob("*.py")) + [REPO / "ci" / f for f in (
-            "run_notebooks.py", "kernel_setup.py", "toc.py", "gpu_check.py")]:
+            "run_notebooks.py", "kernel_setup.py", "vega_figures.py", "toc.py", "gpu_check.py")]:
         out[str(path.relative_to(REPO))] = path.read_text()
     return out
 
@@ -109,6 +110,8 @@ def test_wheel_list_covers_every_module_the_check_imports() -> None:
     assert not uncovered, f"neither in the GPU image nor in ci/gpu_wheels.txt: {uncovered}"
     # The runner's kernel is started, not imported: it must travel too.
     assert {"ipykernel", "papermill", "nbclient", "nbformat", "altair", "datasets"} <= set(PINS)
+    # kernel_setup.py draws each chart's static PNG with vl_convert (ci/vega_figures.py) in the same kernel.
+    assert "vl_convert" in _imported_modules() and "vl-convert-python" in PINS
 
 
 def test_left_out_modules_are_imported_only_where_their_absence_is_caught() -> None:

@@ -18,9 +18,10 @@ SAID = "**Run time.** This run accepted 4.21 tokens per round against DFlash's 3
 
 
 def chapter(tmp_path: Path, markdown_cell: str = "# 9. A planted chapter\n\nWhat to look for, and why.",
-            said: str | None = SAID, box: bool = True, raw: bool = False) -> Path:
-    """An executed notebook: a markdown cell, one cell whose output says what it measured, a verdict box."""
-    outputs = []
+            said: str | None = SAID, box: bool = True, raw: bool = False, chart: dict | None = None) -> Path:
+    """An executed notebook: a markdown cell, one cell whose output says what it measured, a verdict box
+    (and `chart`, an output's mimebundle, first when given)."""
+    outputs = [] if chart is None else [nbformat.v4.new_output("display_data", data=chart)]
     if said is not None:
         outputs.append(nbformat.v4.new_output("display_data", data={"text/markdown": said, "text/plain": "<Markdown>"}))
     if raw:
@@ -52,7 +53,7 @@ def test_expected_reads_the_sentences_and_the_verdict_rows(tmp_path: Path) -> No
 def test_a_portable_chapter_reads_clean(tmp_path: Path) -> None:
     problems, seen = check_notebooks([chapter(tmp_path)])
     assert problems == []
-    assert seen == {"09_planted": {"markdown_outputs": 1, "verdict_rows": 2}}
+    assert seen == {"09_planted": {"markdown_outputs": 1, "verdict_rows": 2, "figures": 0}}
 
 
 @pytest.mark.parametrize("plant, expect", [
@@ -65,3 +66,36 @@ def test_a_portable_chapter_reads_clean(tmp_path: Path) -> None:
 def test_what_a_notebook_reader_would_trip_over_is_found(tmp_path: Path, plant: dict, expect: str) -> None:
     problems, _ = check_notebooks([chapter(tmp_path, **plant)])
     assert any(expect in p for p in problems), problems
+
+
+def _spec() -> dict:
+    import altair as alt
+
+    x = alt.param(name="x", value=1, bind=alt.binding_range(min=0, max=3, step=1, name="x "))
+    data = alt.Chart(alt.Data(values=[{"x": i, "y": i * i} for i in range(4)]))
+    return (data.mark_line().encode(x="x:Q", y="y:Q")
+            + data.transform_filter("datum.x == x").mark_point(size=200).encode(x="x:Q", y="y:Q")).add_params(x).to_dict()
+
+
+def test_a_chart_as_the_build_shows_it_draws_in_a_notebook_viewer(tmp_path: Path) -> None:
+    """The build kernel's output (ci/vega_figures.py: the spec beside its PNG) draws offline in nbconvert's HTML."""
+    from ci.vega_figures import offline_bundle
+
+    bundle, _ = offline_bundle(_spec())
+    problems, seen = check_notebooks([chapter(tmp_path, chart=bundle)])
+    assert problems == [] and seen["09_planted"]["figures"] == 1, (problems, seen)
+
+
+def test_a_chart_pointed_at_the_built_sites_vega_does_not_draw(tmp_path: Path) -> None:
+    """What the build wrote before: HTML that loads ../_static/vega, which no notebook viewer has:
+    the page says 'Error loading script', and the notebook is named for pointing there."""
+    from ci.vega_figures import page_html, vendored_versions
+
+    vega = f"vega@{vendored_versions()['vega']}?noext"
+    old = {"text/html": page_html(_spec(), "vis", vendored_versions()), "text/plain": "<VegaLite 6 object>"}
+    problems, seen = check_notebooks([chapter(tmp_path, chart=old)])
+    assert seen["09_planted"]["figures"] == 0
+    assert f"09_planted: a figure does not draw in a notebook viewer: Error loading script: ../_static/vega/{vega}" \
+        in problems, problems
+    assert f"09_planted: a local file does not load: _static/vega/{vega}" in problems, problems
+    assert any("loads Vega from ../_static/vega" in p for p in problems), problems

@@ -9,9 +9,11 @@ the marks filter the table on it. Altair writes that specification from pandas, 
 JupyterLab and Colab render it as they render any Altair chart, and the book loads the same
 three scripts (vega, vega-lite, vega-embed: about 0.8 MB together, against about 3.5 MB for
 plotly.js) from its own `_static/vega/` (vendored from the npm registry by
-ci/vendor_widgets.sh with the same lock file as the widget manager; ci/kernel_setup.py points
-Altair there when the book is built). One code path: the numbers on screen are the rows below,
-and tests/test_interactive.py holds each row against the function the chapter calls.
+ci/vendor_widgets.sh with the same lock file as the widget manager; only the rendered pages
+point there, ci/build_book.py: an executed notebook keeps each chart as its Vega-Lite spec beside
+a PNG of it, which draw offline in any notebook viewer, ci/vega_figures.py). One code path: the
+numbers on screen are the rows below, and tests/test_interactive.py holds each row against the
+function the chapter calls.
 
 In a reader's running kernel a figure can also recompute: chapter 05's `ThresholdExplorer`
 (ipywidgets) calls the same `threshold_state` that `threshold_states` evaluates over the
