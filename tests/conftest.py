@@ -28,16 +28,3 @@ def float32_matmuls(monkeypatch):
     from dspark_lite import runtime
 
     monkeypatch.setattr(runtime, "bf16_autocast_pays", lambda device, wide=False: False)
-
-
-@pytest.fixture
-def said_by(monkeypatch):
-    """`said_by(module)`: what a page module (dspark_lite.harness.book.pages.chNN) says, one string a
-    `say` call, instead of displaying it; its `display`, where it has one, shows nothing."""
-    def capture(module) -> list[str]:
-        out: list[str] = []
-        monkeypatch.setattr(module, "say", lambda *paragraphs: out.append("\n\n".join(paragraphs)))
-        if hasattr(module, "display"):
-            monkeypatch.setattr(module, "display", lambda *objects, **options: None)
-        return out
-    return capture
