@@ -263,7 +263,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
 def tau_gaps(a: Mapping[str, Sequence], b: Mapping[str, Sequence], seed: int = 0) -> dict[str, Interval]:
     """`tau_difference` of two drafters in each domain, paired: {domain: tau(a) - tau(b)}, where `a`
     and `b` map each domain to its per-generation (tokens, rounds), one list per seed, both measured
-    on the same prompts (chapter 04's Table 1 and Figure 3)."""
+    on the same prompts (Table 1's domains, say)."""
     if set(a) != set(b):
         raise ValueError(f"both drafters need the same domains, got {sorted(a)} and {sorted(b)}")
     return {domain: tau_difference(a[domain], b[domain], seed=seed) for domain in a}
@@ -279,7 +279,7 @@ def _first_minus_last(curves) -> np.ndarray:
 def slot_falls(per_slot: Mapping[str, Sequence], seed: int = 0) -> dict[str, Interval]:
     """How far a drafter's per-slot acceptance falls from the first slot to the last, per domain,
     with a bootstrap over the seeds, then the units (replies): `per_slot` maps each domain to its
-    acceptances [seeds, units, slots] (chapter 04's Figure 2); a negative fall is a rise."""
+    acceptances [seeds, units, slots] (the paper's Figure 2 where the fall lives); a negative fall is a rise."""
     return {domain: mean_interval(_first_minus_last(curves), seed=seed) for domain, curves in per_slot.items()}
 
 
@@ -299,7 +299,7 @@ def race_speedup(race: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]]
     """How much faster `faster` decodes than `slower` per second, in percent (`ratio_interval`): the
     geometric mean of their tokens-per-second ratios over every pass of a race in every domain, each
     pass timing both on the same prompts. `race` maps a domain to each decoder's result, whose
-    "tokens_per_s_all" lists its passes (the serving room's race, chapter 04's section 4.8)."""
+    "tokens_per_s_all" lists its passes (the serving room's race)."""
     pairs = [(a, b) for domain in race
              for a, b in zip(race[domain][faster]["tokens_per_s_all"], race[domain][slower]["tokens_per_s_all"])]
     return ratio_interval([a for a, _ in pairs], [b for _, b in pairs])

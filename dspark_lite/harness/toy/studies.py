@@ -19,7 +19,7 @@ class LeanDrafters:
     """Drafters trained (or loaded) with the lean recipe (`zoo.ablation_recipe`) from every seed, all
     kinds of one (gamma, layers) at once, and measured once on `study`'s held-out prompts:
     runs[(kind, gamma, layers)] = (its report per domain over every seed, training seconds of all
-    seeds). Chapter 04 builds its Figures 3 and 4 from one."""
+    seeds)."""
 
     def __init__(self, world: ToyWorld, recipe: Any, study: Any, seeds: Sequence[int]) -> None:
         self.world, self.recipe, self.study, self.seeds = world, recipe, study, list(seeds)
@@ -51,7 +51,7 @@ class LeanDrafters:
 
 
 def depth_runs(recipe: DrafterRecipe, study: HeadStudy) -> list[tuple[str, int]]:
-    """The (kind, layers) of a depth-against-head study (chapter 04's Figure 3): DSpark-Markov at
+    """The (kind, layers) of a depth-against-head study (the paper's Figure 3): DSpark-Markov at
     `study.depth_layers` and at the backbone's depth, DFlash at the backbone's depth and at
     `study.deep_dflash_layers` (the paper's: a 2-layer DSpark against a 5-layer DFlash, the
     backbone's depth)."""
