@@ -1,6 +1,7 @@
-"""What every chapter does first: say how long it ran in the latest cold build (`run_time_note`)
-and set up its run (`start`: the figure theme, the profile's sizes, the device, the seeds and the
-toy world), saying where the run is. Generic: a chapter names itself by its notebook's stem.
+"""What every chapter does first (chapters 01 to 06b): say how long it ran in the latest cold build
+(`run_time_note`) and set up its run (`start`: the figure theme, the profile's sizes, the device,
+the seeds and the toy world), saying where the run is. Generic: a chapter names itself by its
+notebook's stem.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Verdicts tested against the measurement's own noise: the interval statistics every chapter's
 verdicts rest on (the book's rule), and the few words every chapter shares for them (`compared`,
-`word_list`, `domains_phrase`, `seed_spread`). A chapter's own sentences live in its notebook.
+`word_list`, `domains_phrase`, `seed_spread`; chapters 03 and 04 call them most). A chapter's own
+sentences live in its notebook.
 
 A difference between two drafters' tau is a verdict only when its interval leaves zero: the
 two were measured on the same held-out prompts, in the same order, so the interval is a paired

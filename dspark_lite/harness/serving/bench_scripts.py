@@ -19,7 +19,7 @@ SCRIPTS = REPO / "scripts"
 def run_bench_script(script: str, out_name: str, scripts: Path = SCRIPTS, **options: Any) -> dict[str, Any]:
     """Run `scripts/<script>` in its own process with `--<option> <value>` for each of `options`
     (in the order given; underscores become dashes) and `--out <results>/tables/<out_name>`; print
-    what it printed and return the JSON it wrote there (chapter 06)."""
+    what it printed and return the JSON it wrote there."""
     path = Path(scripts) / script
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: {script} is a script of the book's repository, not of the "
