@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,22 @@ STATIC_IMAGES = ("image/png", "image/svg+xml")
 TEXT = "<An interactive figure (Vega-Lite): JupyterLab draws it live, other viewers show its PNG>"
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _xml_safe(value: Any) -> Any:
+    """`value` (a spec, or any part of it) with every character XML forbids replaced by U+FFFD:
+    vl-convert draws text through SVG and aborts the whole process on one (a control character a
+    random model's token decodes to, say)."""
+    if isinstance(value, str):
+        return _NOT_XML.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {key: _xml_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_xml_safe(item) for item in value]
+    return value
+
+
 def static_png(spec: dict[str, Any]) -> tuple[str, dict[str, int]] | None:
     """The chart as it first shows, as a base64 PNG drawn by vl-convert at `PNG_SCALE`, with the
     size to show it at ({"width", "height"} in CSS pixels); None where vl-convert is not installed."""
@@ -46,7 +63,7 @@ def static_png(spec: dict[str, Any]) -> tuple[str, dict[str, int]] | None:
         import vl_convert
     except ImportError:
         return None
-    png = vl_convert.vegalite_to_png(spec, vl_version=VL_CONVERT_VERSION, scale=PNG_SCALE)
+    png = vl_convert.vegalite_to_png(_xml_safe(spec), vl_version=VL_CONVERT_VERSION, scale=PNG_SCALE)
     width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
     return base64.b64encode(png).decode("ascii"), {"width": round(width / PNG_SCALE), "height": round(height / PNG_SCALE)}
 

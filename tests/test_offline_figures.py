@@ -199,3 +199,15 @@ def test_the_rendered_chart_keeps_its_slider_offline(tiny_book: Path) -> None:
     shots = tiny_book.parent / "shots"
     assert check_site(tiny_book, shots, chapters=["chapters/00_figure.html"], wait_ms=8000) == []
     assert {"chapters__00_figure__fig0__x_0.png", "chapters__00_figure__fig0__x_1.png"} <= {f.name for f in shots.glob("*.png")}
+
+
+def test_a_chart_whose_text_holds_a_control_character_still_gets_its_png() -> None:
+    """vl-convert draws text through SVG and aborts the process on a character XML forbids (chapter
+    07's random model decoded a token to U+0003): the PNG is drawn from the spec with each replaced."""
+    chart = alt.Chart(alt.Data(values=[{"x": 1, "t": "a\x03b"}, {"x": 2, "t": "tab\tok"}])).mark_text().encode(
+        x="x:Q", text="t:N")
+    spec = chart.to_dict()
+    assert vega_figures._xml_safe(spec)["data"]["values"] == [{"x": 1, "t": "a\ufffdb"}, {"x": 2, "t": "tab\tok"}]
+    image = vega_figures.static_png(spec)
+    assert image is not None and base64.b64decode(image[0]).startswith(b"\x89PNG")
+    assert spec["data"]["values"][0]["t"] == "a\x03b"  # the notebook keeps the spec as the chart made it

@@ -93,9 +93,9 @@ def test_token_text_keeps_its_spaces_in_the_figure() -> None:
     leading space one column further. Newlines and empty pieces stay visible."""
     class Words:
         def decode(self, ids: list[int]) -> str:
-            return {1: "No", 2: " problem", 3: "\n", 4: "", 5: "!"}[ids[0]]
+            return {1: "No", 2: " problem", 3: "\n", 4: "", 5: "!", 6: "\x03"}[ids[0]]
 
-    assert [stream._piece(Words(), t) for t in (1, 2, 3, 4)] == ["No", " problem", "⏎", "·"]
+    assert [stream._piece(Words(), t) for t in (1, 2, 3, 4, 6)] == ["No", " problem", "⏎", "·", "\ufffd"]
     rounds = [stream.StreamRound(1, (2, 5), 2, 3, True, None)]
     drawn = stream.stream_states(rounds, Words(), width=40)
     assert drawn[["glyphs", "x", "x_glyphs", "x2"]].values.tolist() == [

@@ -10,6 +10,8 @@ engine was handed, which `RecordingDrafter` keeps (the record holds counts, not 
 """
 from __future__ import annotations
 
+import unicodedata
+
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -91,9 +93,11 @@ def stream_rounds(rollout: Rollout, drafts: Sequence[Sequence[int]]) -> list[Str
 
 
 def _piece(tokenizer: Any, token: int) -> str:
-    """One token's text as the figure draws it: a newline as ⏎, an empty piece as ·."""
-    text = tokenizer.decode([token])
-    return text.replace("\n", "⏎") or "·"
+    """One token's text as the figure draws it: a newline as ⏎, any other control character
+    (which no SVG text may hold: a random model's tokens can decode to one) as �, an empty piece
+    as ·."""
+    text = tokenizer.decode([token]).replace("\n", "⏎")
+    return "".join("\ufffd" if unicodedata.category(c) == "Cc" else c for c in text) or "·"
 
 
 def stream_states(rounds: Sequence[StreamRound], tokenizer: Any, context_tokens: int = 48,
