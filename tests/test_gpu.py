@@ -13,7 +13,7 @@ from dspark_lite import runtime
 from dspark_lite.harness.serving import benchmark
 from dspark_lite.harness.gpu import evalsets
 from dspark_lite.harness.gpu import headless, loading, measure, memory, preflight
-from dspark_lite.harness.book import results
+from dspark_lite.harness.gpu import runs
 from dspark_lite.harness.toy.evaluation import summarize
 from dspark_lite.harness.toy.profiles import get_profile
 from dspark_lite.record import Rounds
@@ -120,49 +120,49 @@ def test_results_page_reads_old_and_new_files(tmp_path: Path) -> None:
     """Issue 31, item 8: an old file that filed a 20-prompt, 256-token run under "table1" reads as a
     subset; a new subset file and a full Table 1 file read as what they are, Table 1 first."""
     old = _gpu_record("real", "2026-05-01 10:00 UTC")
-    assert results.gpu_protocol(old) == "subset"
-    (row,) = results.gpu_table1_rows(old)
+    assert runs.gpu_protocol(old) == "subset"
+    (row,) = runs.gpu_table1_rows(old)
     assert row["compared as"] == "subset (20 prompts a benchmark, 256 new tokens)" and row["tau (paper)"] == 6.11
     new = {"provenance": {"date": "2026-06-01 10:00 UTC"}, "results": {
         "environment": {"mode": "real", "gpu": "NVIDIA L4", "prompt_counts": {"gsm8k": 20}, "prompt_source": "deepspec",
                         "comparable_to_paper": True, "protocol": "subset", "new_tokens": 256},
         "subset": {"tau": {"dspark": {"gsm8k": 5.5}}, "prompts_per_benchmark": {"gsm8k": 20}, "new_tokens": 256},
         "paper_table1": {"dspark": {"gsm8k": 6.11}}}}
-    (row,) = results.gpu_table1_rows(new)
+    (row,) = runs.gpu_table1_rows(new)
     assert row["tau (ours)"] == 5.5 and row["compared as"].startswith("subset") and row["difference %"] < 0
     full = {"provenance": {"date": "2026-01-01 10:00 UTC"}, "results": {
         "environment": {"mode": "real", "gpu": "NVIDIA H100", "prompt_counts": dict(evalsets.DEEPSPEC_COUNTS),
                         "prompt_source": "deepspec", "comparable_to_paper": True, "new_tokens": 2048},
         "table1": {"dspark": {"gsm8k": 6.0}}, "paper_table1": {"dspark": {"gsm8k": 6.11}}}}
-    assert results.gpu_protocol(full) == "table1" and results.gpu_protocol_label(full) == "Table 1"
+    assert runs.gpu_protocol(full) == "table1" and runs.gpu_protocol_label(full) == "Table 1"
     for name, record in {"qwen3_4b_l4": old, "qwen3_4b_l4_subset": new, "qwen3_4b_h100": full}.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
-    assert [name for name, _ in results.gpu_results(tmp_path)] == ["qwen3_4b_h100", "qwen3_4b_l4_subset", "qwen3_4b_l4"]
-    assert results.gpu_protocol(_gpu_record("real", "2026-01-01", "fixture")) is None
+    assert [name for name, _ in runs.gpu_results(tmp_path)] == ["qwen3_4b_h100", "qwen3_4b_l4_subset", "qwen3_4b_l4"]
+    assert runs.gpu_protocol(_gpu_record("real", "2026-01-01", "fixture")) is None
 
 
 def test_results_page_prefers_real_runs(tmp_path: Path) -> None:
     """Issue 19, item 12: a newer random-weights (or fixture) run never hides a real one, and only
     a real run on DeepSpec's prompts is set beside the paper."""
-    assert results.best_gpu_result(tmp_path) is None
+    assert runs.best_gpu_result(tmp_path) is None
     files = {"qwen3_4b_l4": _gpu_record("real", "2026-01-01 10:00 UTC"),
              "qwen3_4b_l4_fixture": _gpu_record("real", "2026-02-01 10:00 UTC", "fixture", 5.0),
              "qwen3_4b_h100_random_weights": _gpu_record("random-weights", "2026-03-01 10:00 UTC", "fixture", 7.9)}
     for name, record in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
-    ranked = [name for name, _ in results.gpu_results(tmp_path)]
+    ranked = [name for name, _ in runs.gpu_results(tmp_path)]
     assert ranked == ["qwen3_4b_l4", "qwen3_4b_l4_fixture", "qwen3_4b_h100_random_weights"]
-    name, record = results.best_gpu_result(tmp_path)
+    name, record = runs.best_gpu_result(tmp_path)
     assert name == "qwen3_4b_l4"
-    (row,) = results.gpu_table1_rows(record)
+    (row,) = runs.gpu_table1_rows(record)
     assert row["prompts"] == 20 and row["difference %"] == pytest.approx(100 * (6.0 / 6.11 - 1))
-    assert row["kind"] == results.GPU_RUN_KINDS[0] and row["compared as"].startswith("subset")
+    assert row["kind"] == runs.GPU_RUN_KINDS[0] and row["compared as"].startswith("subset")
     for other in ("qwen3_4b_l4_fixture", "qwen3_4b_h100_random_weights"):
-        (row,) = results.gpu_table1_rows(files[other])
-        assert row["tau (paper)"] is None and row["difference %"] is None and row["kind"] != results.GPU_RUN_KINDS[0]
+        (row,) = runs.gpu_table1_rows(files[other])
+        assert row["tau (paper)"] is None and row["difference %"] is None and row["kind"] != runs.GPU_RUN_KINDS[0]
     newer_real = _gpu_record("real", "2026-04-01 10:00 UTC", tau=6.1)
     (tmp_path / "qwen3_4b_a100.json").write_text(json.dumps(newer_real))
-    assert results.best_gpu_result(tmp_path)[0] == "qwen3_4b_a100"  # the newest within the best kind
+    assert runs.best_gpu_result(tmp_path)[0] == "qwen3_4b_a100"  # the newest within the best kind
 
 
 # ---------------------------------------------------------------------------------------- issue 19, harness side
@@ -342,15 +342,15 @@ def test_generation_length_is_a_parameter(tmp_path: Path, monkeypatch: pytest.Mo
 def test_preface_gpu_status_says_what_was_measured(tmp_path: Path) -> None:
     """The preface's sentence: no folder, an empty folder, only a random-weights run, then a real run
     on DeepSpec's prompts, which it names with its file, GPU and comparison."""
-    missing = results.gpu_status(tmp_path / "absent")
+    missing = runs.gpu_status(tmp_path / "absent")
     assert "does not exist yet" in missing and "without a GPU" in missing
-    assert "holds no such run" in results.gpu_status(tmp_path, has_gpu=True)
-    assert "This build had a GPU" in results.gpu_status(tmp_path, has_gpu=True)
+    assert "holds no such run" in runs.gpu_status(tmp_path, has_gpu=True)
+    assert "This build had a GPU" in runs.gpu_status(tmp_path, has_gpu=True)
     (tmp_path / "qwen3_4b_h100_random_weights.json").write_text(
         json.dumps(_gpu_record("random-weights", "2026-03-01 10:00 UTC", "fixture", 7.9)))
-    other = results.gpu_status(tmp_path)
-    assert "No number in this book" in other and results.GPU_RUN_KINDS[2] in other
+    other = runs.gpu_status(tmp_path)
+    assert "No number in this book" in other and runs.GPU_RUN_KINDS[2] in other
     (tmp_path / "qwen3_4b_l4.json").write_text(json.dumps(_gpu_record("real", "2026-01-01 10:00 UTC")))
-    real = results.gpu_status(tmp_path)
+    real = runs.gpu_status(tmp_path)
     assert real.startswith("Chapter 07 sets") and "`data/results/qwen3_4b_l4.json`" in real
     assert "No number" not in real and "subset" in real

@@ -232,12 +232,12 @@ def test_a_fresh_folder_with_the_cache_served_starts_without_training(
 def test_the_book_workflow_publishes_the_cache_where_the_colab_cell_looks(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture) -> None:
     """book.yml packs the cache into the uploaded site's cache/ (after `make book`, before the upload),
-    the folder of the address the Colab cell sets (`results.published_cache_url`); the script
+    the folder of the address the Colab cell sets (`colab_cells.published_cache_url`); the script
     packs a cache as `cache.pack_published` does."""
     import yaml
 
     from ci import pack_cache
-    from dspark_lite.harness.book import results
+    from ci import colab_cells
 
     repo = Path(__file__).resolve().parents[1]
     steps = yaml.safe_load((repo / ".github" / "workflows" / "book.yml").read_text())["jobs"]["build"]["steps"]
@@ -248,7 +248,7 @@ def test_the_book_workflow_publishes_the_cache_where_the_colab_cell_looks(tmp_pa
     out = pack["run"].split("--out ")[1].split()[0]
     assert out == f"{steps[upload]['with']['path']}/cache"
     assert pack["run"].split("--cache ")[1].split()[0] == ".cache/dspark"
-    assert results.published_cache_url(results.repository_setting()[0]).endswith("/" + Path(out).name)
+    assert colab_cells.published_cache_url(colab_cells.repository_setting()[0]).endswith("/" + Path(out).name)
     cache.load_or_build("demo", CONFIG, Builder(), load, root=tmp_path / "c")
     assert pack_cache.main(["--cache", str(tmp_path / "c"), "--out", str(tmp_path / "site")]) == 0
     assert "1 artifacts" in capsys.readouterr().out

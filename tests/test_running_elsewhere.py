@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dspark_lite.harness.book import results
+from ci import colab_cells
 
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((REPO / "chapters").glob("*.ipynb"))
@@ -24,14 +24,14 @@ CHAPTERS = sorted((REPO / "chapters").glob("*.ipynb"))
 def test_colab_cell_clones_the_repository_of_the_launch_buttons(notebook: Path) -> None:
     """Issue 19, item 2: the first cell is colab_cell_source of _config.yml's repository setting, so
     the repository it clones is the one in the Colab launch button's address."""
-    url, branch = results.repository_setting()
+    url, branch = colab_cells.repository_setting()
     cell = nbformat.read(notebook, as_version=4).cells[0]
-    assert cell.cell_type == "code" and cell.source == results.colab_cell_source(url, branch), \
+    assert cell.cell_type == "code" and cell.source == colab_cells.colab_cell_source(url, branch), \
         "the first cell is not colab_cell_source's: rewrite every chapter's with `python ci/colab_cells.py --write`"
-    launch = results.colab_launch_url(f"chapters/{notebook.name}")
+    launch = colab_cells.colab_launch_url(f"chapters/{notebook.name}")
     owner_name = url.removeprefix("https://github.com/")
     assert launch == f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/chapters/{notebook.name}"
-    assert results.clone_url_of_cell(cell.source) == url
+    assert colab_cells.clone_url_of_cell(cell.source) == url
     assert cell.source.count('"google.colab" in sys.modules') == 1
     body = cell.source.split('if "google.colab" in sys.modules:\n', 1)[1]
     assert all(line.startswith("    ") for line in body.splitlines()), "everything but imports runs on Colab only"
@@ -41,12 +41,12 @@ def test_repository_setting_rejects_a_placeholder(tmp_path: Path) -> None:
     config = tmp_path / "_config.yml"
     config.write_text("repository:\n  url: <your fork>\n")
     with pytest.raises(ValueError, match="https://github.com/<owner>/<name>"):
-        results.repository_setting(config)
+        colab_cells.repository_setting(config)
     config.write_text("repository:\n  url: https://github.com/someone/fork/\n  branch: dev\n"
                       "launch_buttons:\n  colab_url: https://colab.research.google.com\n")
-    assert results.repository_setting(config) == ("https://github.com/someone/fork", "dev")
-    assert results.colab_launch_url("chapters/x.ipynb", config).endswith("/github/someone/fork/blob/dev/chapters/x.ipynb")
-    source = results.colab_cell_source(*results.repository_setting(config))
+    assert colab_cells.repository_setting(config) == ("https://github.com/someone/fork", "dev")
+    assert colab_cells.colab_launch_url("chapters/x.ipynb", config).endswith("/github/someone/fork/blob/dev/chapters/x.ipynb")
+    source = colab_cells.colab_cell_source(*colab_cells.repository_setting(config))
     assert '= "https://github.com/someone/fork", "dev", "/content/fork"' in source
 
 
@@ -72,7 +72,7 @@ def colab_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str, colab:
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a, **k: None if name == "dspark_lite" else real_find(name, *a, **k))
-    source = results.colab_cell_source(url, "main", root=str(tmp_path / "content"), cache_url="http://127.0.0.1:9/cache")
+    source = colab_cells.colab_cell_source(url, "main", root=str(tmp_path / "content"), cache_url="http://127.0.0.1:9/cache")
     exec(compile(source, "colab-cell", "exec"), {"__name__": "__main__"})
     return ran
 
@@ -114,7 +114,7 @@ def test_the_colab_cell_clones_installs_and_opts_in_to_the_published_cache(tmp_p
     assert "Trained models: fetched from http://127.0.0.1:9/cache when published there" in capsys.readouterr().out
     monkeypatch.setenv("DSPARK_CACHE_URL", "")  # run again: no second clone, and an empty address is kept
     monkeypatch.chdir(tmp_path)
-    source = results.colab_cell_source((tmp_path / "book.git").as_uri(), "main", root=str(tmp_path / "content"),
+    source = colab_cells.colab_cell_source((tmp_path / "book.git").as_uri(), "main", root=str(tmp_path / "content"),
                                        cache_url="http://127.0.0.1:9/cache")
     exec(compile(source, "colab-cell", "exec"), {"__name__": "__main__"})
     assert [c[:2] for c in ran[2:]] == [[sys.executable, "-m"]] and os.environ["DSPARK_CACHE_URL"] == ""
@@ -127,11 +127,11 @@ def test_outside_colab_the_cell_does_nothing(tmp_path: Path, monkeypatch: pytest
 
 
 def test_the_published_cache_address_is_the_repository_pages_site() -> None:
-    assert results.published_cache_url("https://github.com/DSpark-Book/dspark-book/") == \
+    assert colab_cells.published_cache_url("https://github.com/DSpark-Book/dspark-book/") == \
         "https://dspark-book.github.io/dspark-book/cache"
     with pytest.raises(ValueError, match="github.com/<owner>/<name>"):
-        results.published_cache_url("https://gitlab.com/a/b")
-    source = results.colab_cell_source("https://github.com/someone/fork", "dev")
+        colab_cells.published_cache_url("https://gitlab.com/a/b")
+    source = colab_cells.colab_cell_source("https://github.com/someone/fork", "dev")
     assert '"DSPARK_CACHE_URL", "https://someone.github.io/fork/cache"' in source
     assert len(source.splitlines()) <= 30  # no code cell of the book runs past 30 lines
 
@@ -139,7 +139,7 @@ def test_the_published_cache_address_is_the_repository_pages_site() -> None:
 def test_colab_cells_rewrites_only_first_cells_that_differ(tmp_path: Path) -> None:
     from ci import colab_cells
 
-    source = results.colab_cell_source(*results.repository_setting())
+    source = colab_cells.colab_cell_source(*colab_cells.repository_setting())
     old = {"cells": [{"cell_type": "code", "id": "ab12cd34", "metadata": {"tags": ["remove-cell"]}, "outputs": [],
                       "execution_count": None, "source": ['import sys\n', 'if "google.colab" in sys.modules:\n', '    pass']},
                      {"cell_type": "markdown", "id": "ef56ab78", "metadata": {}, "source": ["# Title"]}],
