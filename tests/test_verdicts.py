@@ -177,3 +177,13 @@ def test_race_speedup_pairs_every_pass_of_every_domain() -> None:
     race["chat"]["ours"]["tokens_per_s_all"] = [9.0, 12.0, 10.0]
     mixed = verdicts.race_speedup(race, "ours", "alone")
     assert mixed.low < 0 < mixed.high and verdicts.race_speedup(race, "alone", "ours").estimate < 0
+
+
+def test_the_shared_words_of_chapters_03_and_04_and_an_interval_as_stored() -> None:
+    assert (verdicts.plural(1, "layer"), verdicts.plural(2, "layer")) == ("1 layer", "2 layers")
+    assert verdicts.falls_by(0.094) == "falls by 0.09"
+    assert verdicts.falls_by(-0.031) == "rises by 0.03"
+    assert verdicts.falls_by(0.004) == "stays flat"  # rounds to zero at two decimals
+    assert verdicts.falls_by(0.004, digits=3) == "falls by 0.004"
+    assert verdicts.falls_by(7.26, digits=1, unit=" points") == "falls by 7.3 points"
+    assert verdicts.Interval(0.5, 0.25, 0.75, (0.4, 0.6)).as_list() == [0.5, 0.25, 0.75]

@@ -1,6 +1,6 @@
 """Verdicts tested against the measurement's own noise: the interval statistics every chapter's
 verdicts rest on (the book's rule), and the few words every chapter shares for them (`compared`,
-`word_list`, `domains_phrase`, `seed_spread`; chapters 03 and 04 call them most). A chapter's own
+`word_list`, `domains_phrase`, `seed_spread`, `plural`, `falls_by`; chapters 03 and 04 call them most). A chapter's own
 sentences live in its notebook.
 
 A difference between two drafters' tau is a verdict only when its interval leaves zero: the
@@ -48,6 +48,10 @@ class Interval:
 
     def __str__(self) -> str:
         return self.text()
+
+    def as_list(self) -> list[float]:
+        """[estimate, low, high]: the interval as a result file stores it."""
+        return [self.estimate, self.low, self.high]
 
     def text(self, digits: int = 2) -> str:
         """'+0.12 [+0.05, +0.19]': the estimate and its interval, signed, with `digits` decimals."""
@@ -213,6 +217,19 @@ def word_list(items) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 layer', '2 layers': a count with its noun."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def falls_by(drop: float, digits: int = 2, unit: str = "") -> str:
+    """A drop (first minus last) as words: 'falls by 0.12', 'rises by 0.12', or 'stays flat' when it
+    rounds to zero at `digits` decimals; `unit` follows the number (' points')."""
+    if abs(drop) < 0.5 * 10 ** -digits:
+        return "stays flat"
+    return f"{'falls' if drop > 0 else 'rises'} by {abs(drop):.{digits}f}{unit}"
 
 
 def domains_phrase(domains, every) -> str:
