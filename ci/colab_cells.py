@@ -1,4 +1,4 @@
-"""Every chapter's first cell is the Colab cell, `colab_cell_source(*repository_setting())`
+"""Every chapter's second cell, right after its title, is the Colab cell, `colab_cell_source(*repository_setting())`
 (tests/test_running_elsewhere.py checks it). This script lists the chapters whose first cell differs
 (exit status 1), or with --write rewrites those cells in place: only the first cell's source changes
 (its id, tags and every other cell stay as they are; the file keeps the notebooks' JSON layout).
@@ -113,18 +113,48 @@ def clone_url_of_cell(source: str) -> str:
 MARKER = '"google.colab" in sys.modules'
 
 
+FOLDED = {"jupyter": {"source_hidden": True}, "tags": ["remove-cell"]}  # folded in JupyterLab, absent from the book
+
+
+def is_title(cell: dict) -> bool:
+    """A markdown cell that opens with the notebook's title (`# ...`)."""
+    return cell.get("cell_type") == "markdown" and "".join(cell["source"]).lstrip().startswith("# ")
+
+
+def colab_cell_of(nb: dict) -> dict:
+    """The notebook's Colab cell: its second cell, after the title (ValueError otherwise)."""
+    cells = nb.get("cells") or []
+    if len(cells) < 2 or not is_title(cells[0]):
+        raise ValueError("the first cell is not the notebook's title (a markdown cell opening with '# ')")
+    cell = cells[1]
+    if cell["cell_type"] != "code" or MARKER not in "".join(cell["source"]):
+        raise ValueError(f"the cell after the title is not a Colab cell (a code cell guarded by {MARKER})")
+    return cell
+
+
 def first_cell_fixes(chapters: Path, source: str) -> dict[Path, dict]:
-    """{notebook: its JSON with the first cell's source set to `source`} for each notebook whose first
-    cell differs. A notebook whose first cell is not a Colab cell (a code cell guarded by MARKER)
-    is an error: this script never overwrites another cell."""
+    """{notebook: its JSON with the Colab cell set to `source`, folded, right after the title} for each
+    notebook where it differs. A notebook whose Colab cell still comes first (the old layout) gets it
+    moved after its title. A notebook with no Colab cell in either place is an error: this script
+    never overwrites another cell."""
     fixes = {}
     for path in sorted(chapters.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        cell = nb["cells"][0] if nb.get("cells") else None
-        if cell is None or cell["cell_type"] != "code" or MARKER not in "".join(cell["source"]):
-            raise SystemExit(f"{path}: the first cell is not a Colab cell (a code cell guarded by {MARKER})")
+        cells, changed = nb.get("cells") or [], False
+        if len(cells) >= 2 and cells[0]["cell_type"] == "code" and is_title(cells[1]):
+            cells[0], cells[1] = cells[1], cells[0]
+            changed = True
+        try:
+            cell = colab_cell_of(nb)
+        except ValueError as error:
+            raise SystemExit(f"{path}: {error}") from None
         if "".join(cell["source"]) != source:
             cell["source"] = source.splitlines(keepends=True)
+            changed = True
+        if any(cell["metadata"].get(key) != value for key, value in FOLDED.items()):
+            cell["metadata"].update(FOLDED)
+            changed = True
+        if changed:
             fixes[path] = nb
     return fixes
 
@@ -140,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"{'rewrote' if args.write else 'differs:'} {path.relative_to(args.chapters.parent)}")
     if not fixes:
-        print("every chapter's first cell is the Colab cell")
+        print("every chapter's Colab cell follows its title")
     return 1 if fixes and not args.write else 0
 
 

@@ -27,13 +27,22 @@ from compare_verdicts import two_builds  # noqa: E402
 DOMAINS = ("math", "code", "chat")
 
 
-def results(folder: Path, name: str) -> dict:
-    """The `results` part of `folder`/`name`.json ({} when the chapter wrote none)."""
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        return {}
+def _read(path: Path) -> dict:
     raw = json.loads(path.read_text())
-    return raw.get("results", raw)
+    return raw.get("results", raw) if isinstance(raw, dict) else {}
+
+
+def results(folder: Path, name: str) -> dict:
+    """The `results` part of `folder`/`name`.json, with the top-level keys of the folder's other
+    result files added where `name` lacks them ({} when no file has any): a measurement that moved
+    from a chapter to a study keeps its key and is still found, whichever notebook writes it."""
+    path = folder / f"{name}.json"
+    found = _read(path) if path.is_file() else {}
+    for other in sorted(folder.glob("*.json")):
+        if other != path:
+            for key, value in _read(other).items():
+                found.setdefault(key, value)
+    return found
 
 
 def seed_means(label: str, per_seed_a: dict, per_seed_b: dict) -> Iterator[tuple]:

@@ -59,3 +59,15 @@ def cells(notebook: Path, cell_type: str) -> Iterator[tuple[int, dict, str]]:
         if cell.get("cell_type") == cell_type:
             source = cell.get("source", "")
             yield i, cell, source if isinstance(source, str) else "".join(source)
+
+
+MAIN_PART = "The main path"  # the toc part a reader finishes in an afternoon (the page budget's part)
+
+
+def toc_parts(root: Path = REPO) -> dict[str, list[str]]:
+    """{part caption: its entries in order}; the root page belongs to the main path."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    parts = {MAIN_PART: [str(toc["root"])]}
+    for part in toc.get("parts") or []:
+        parts.setdefault(str(part.get("caption", "")), []).extend(_files({"chapters": part.get("chapters")}))
+    return parts

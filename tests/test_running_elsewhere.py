@@ -25,9 +25,12 @@ def test_colab_cell_clones_the_repository_of_the_launch_buttons(notebook: Path) 
     """Issue 19, item 2: the first cell is colab_cell_source of _config.yml's repository setting, so
     the repository it clones is the one in the Colab launch button's address."""
     url, branch = colab_cells.repository_setting()
-    cell = nbformat.read(notebook, as_version=4).cells[0]
+    nb = nbformat.read(notebook, as_version=4)
+    assert colab_cells.is_title(nb.cells[0]), "a chapter's first cell is its title"
+    cell = nb.cells[1]
     assert cell.cell_type == "code" and cell.source == colab_cells.colab_cell_source(url, branch), \
-        "the first cell is not colab_cell_source's: rewrite every chapter's with `python ci/colab_cells.py --write`"
+        "the cell after the title is not colab_cell_source's: rewrite every chapter's with `python ci/colab_cells.py --write`"
+    assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, "the Colab cell is folded"
     launch = colab_cells.colab_launch_url(f"chapters/{notebook.name}")
     owner_name = url.removeprefix("https://github.com/")
     assert launch == f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/chapters/{notebook.name}"

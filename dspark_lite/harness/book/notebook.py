@@ -22,21 +22,18 @@ BUILD_TIMES = REPO / "data" / "build" / "cold_build_times.json"
 
 
 def run_time_note(chapter: str, times: Path = BUILD_TIMES) -> None:
-    """Say how long `chapter` (a notebook stem, "04_markov_head") took in the latest cold build
-    (full profile, empty cache) and on a GPU where one has run it, from the committed build
-    times: the "before you run" note's measured half."""
+    """Say in one line how long `chapter` (a notebook stem, "04_markov_head") took in the latest cold
+    build (full profile, empty cache; the preface describes that machine) and on a GPU where one has
+    run it, from the committed build times."""
     if not Path(times).exists():  # the package installed outside a clone: the timings stay in the repository
-        say("**Run time.** The cold-build timings are in the book's repository (`data/build/`), not in the installed "
-            "package; the rendered book shows them.")
+        say("**Run time:** timed in the book's repository (`data/build/`); the rendered book shows it.")
         return
     record = json.loads(Path(times).read_text())
-    if chapter not in record["minutes"]:
-        raise ValueError(f"no cold-build time for {chapter!r}; known: {', '.join(sorted(record['minutes']))}")
-    gpu = record.get("gpu_minutes", {}).get(chapter)
-    say(f"**Run time.** In the latest cold build ({record['build']}; {record['machine']}) this chapter took "
-        f"{record['minutes'][chapter]:g} minutes at the full profile with an empty cache; with the cache warm it "
-        "loads what it trained instead. "
-        + (f"On a GPU it took {gpu:g} minutes." if gpu is not None else "No GPU has run it yet."))
+    minutes, gpu = record["minutes"].get(chapter), record.get("gpu_minutes", {}).get(chapter)
+    cold = (f"{minutes:g} minutes in the latest cold build (empty cache, the preface's machine)"
+            if minutes is not None else "not yet timed in a cold build")
+    say(f"**Run time:** {cold}; seconds to minutes with the cache warm; "
+        + (f"{gpu:g} minutes on a GPU." if gpu is not None else "no GPU run yet."))
 
 
 def start(profile_name: str, device_name: str, seed: int,

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..result_files import HEADLINES, lookup
+from ..result_files import HEADLINES, lookup, save_result
+from . import verdicts
 from .verdicts import word_list
 
 
@@ -46,18 +47,70 @@ def say(*paragraphs: str) -> None:
     display(Markdown(text))
 
 
-def run_shows(rows: list[tuple[str, str, str, bool | None]]) -> "Any":
-    """The box that ends a chapter: what the paper claims, what this run measured, and whether it
-    reproduced (True, False, or None for a claim this machine cannot test), as a table."""
+# The verdict box's colours (background, text), one per outcome, in the notebook's HTML and the book alike.
+OUTCOME_COLOURS = {
+    verdicts.REPRODUCED: ("#d4edda", "#155724"),
+    verdicts.CONTRADICTED: ("#f8d7da", "#721c24"),
+    verdicts.INSIDE_NOISE: ("#fff3cd", "#6b4f00"),
+    verdicts.NOT_TESTABLE: ("#e9ecef", "#383d41"),
+}
+VERDICTS_FILE = "verdicts_{chapter}"  # the result file a chapter's verdict box writes (the preface's scoreboard)
+
+
+def _outcome_style(value: str) -> str:
+    background, colour = OUTCOME_COLOURS.get(value, ("", ""))
+    return f"background-color: {background}; color: {colour}; font-weight: 600" if background else ""
+
+
+def run_shows(rows: list[tuple[str, str, str, str | None]], chapter: str, profile: str) -> "Any":
+    """The box that ends a chapter or a study: what the paper claims, what this run measured, and
+    the outcome (`verdicts.outcome`, `outcome_in_every` or `exact`: reproduced, contradicted, inside
+    the noise; None for a claim this machine cannot test), as a table with each outcome coloured.
+    The rows are also written to the results folder (`verdicts_<chapter>.json`, `chapter` being the
+    notebook's stem), where the preface's scoreboard reads every box."""
     import pandas as pd
 
-    verdict = {True: "reproduced", False: "not reproduced", None: "not testable here"}
+    if not isinstance(chapter, str) or not chapter.replace("_", "").isalnum():
+        raise ValueError(f"chapter must be the notebook's stem (letters, digits, underscores), got {chapter!r}")
+    table = []
     for row in rows:
-        if len(row) != 4 or row[3] not in verdict:
-            raise ValueError(f"each row is (claim, paper, this run, True/False/None), got {row!r}")
-    frame = pd.DataFrame([(claim, paper, measured, verdict[ok]) for claim, paper, measured, ok in rows],
-                         columns=["claim", "paper", "this run", "verdict"])
-    return frame.style.hide(axis="index").set_caption("What this run shows")
+        if len(row) != 4 or not (row[3] is None or row[3] in verdicts.OUTCOMES):
+            raise ValueError(f"each row is (claim, paper, this run, outcome), the outcome one of "
+                             f"{verdicts.OUTCOMES[:3]} (from verdicts.outcome, outcome_in_every or exact) or None "
+                             f"for not testable here; got {row!r}")
+        claim, paper, measured, found = row
+        table.append((str(claim), str(paper), str(measured), found or verdicts.NOT_TESTABLE))
+    save_result(VERDICTS_FILE.format(chapter=chapter),
+                {"chapter": chapter, "claims": [dict(zip(("claim", "paper", "this run", "outcome"), r)) for r in table]},
+                profile)
+    frame = pd.DataFrame(table, columns=["claim", "paper", "this run", "verdict"])
+    return (frame.style.hide(axis="index").set_caption("What this run shows")
+            .map(_outcome_style, subset=["verdict"]))
+
+
+def scoreboard(found: dict[str, dict[str, Any]], titles: Mapping[str, str]) -> "Any":
+    """Every verdict box's claims among the result files `found` (`load_results()`), in the order of
+    `titles` ({notebook stem: its title}, reading order): a frame with the chapter or study, the
+    claim, the paper's and this run's values and the outcome. Boxes of notebooks not in `titles` are
+    left out; a notebook whose box is missing has no rows."""
+    import pandas as pd
+
+    rows = []
+    for stem, title in titles.items():
+        record = found.get(VERDICTS_FILE.format(chapter=stem))
+        for claim in (record["results"]["claims"] if record else []):
+            rows.append({"where": title, **claim})
+    return pd.DataFrame(rows, columns=["where", "claim", "paper", "this run", "outcome"])
+
+
+def outcome_counts(board: "Any") -> dict[str, int]:
+    """{outcome: how many claims}, every outcome listed (zero included), in `verdicts.OUTCOMES` order."""
+    return {name: int((board["outcome"] == name).sum()) for name in verdicts.OUTCOMES}
+
+
+def coloured(frame: "Any", title: str, column: str = "outcome") -> "Any":
+    """A titled table whose `column` of outcomes is coloured as the verdict box colours them."""
+    return titled(frame.reset_index(drop=True), title).hide(axis="index").map(_outcome_style, subset=[column])
 
 
 def _float_text(value: Any) -> Any:

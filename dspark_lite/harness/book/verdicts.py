@@ -197,6 +197,59 @@ def seed_spread(values: Sequence[float], digits: int = 2) -> str:
     return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
+# A verdict's three outcomes, plus a claim this machine cannot test (the verdict box colours them).
+REPRODUCED, CONTRADICTED, INSIDE_NOISE, NOT_TESTABLE = "reproduced", "contradicted", "inside the noise", "not testable here"
+OUTCOMES = (REPRODUCED, CONTRADICTED, INSIDE_NOISE, NOT_TESTABLE)
+SIDES = ("above", "below")
+
+
+def outcome(interval: Interval, paper_side: str = "above", bar: float = 0.0) -> str:
+    """A claim's outcome from its interval: the paper says the value lies `paper_side` of `bar`
+    ("above": greater than it; "below": less than it). Reproduced when the interval and every seed's
+    estimate lie on the paper's side; contradicted when they all lie on the other side; otherwise
+    inside the noise. Word a claim so that beating the paper is on the paper's side (an ECE "at most
+    the paper's 8%": below 0.08)."""
+    if paper_side not in SIDES:
+        raise ValueError(f"paper_side must be one of {SIDES}, got {paper_side!r}")
+    shifted = Interval(interval.estimate - bar, interval.low - bar, interval.high - bar,
+                       tuple(value - bar for value in interval.seeds))
+    if paper_side == "below":
+        shifted = Interval(-shifted.estimate, -shifted.high, -shifted.low, tuple(-v for v in shifted.seeds))
+    if shifted.above_zero:
+        return REPRODUCED
+    if shifted.below_zero:
+        return CONTRADICTED
+    return INSIDE_NOISE
+
+
+def outcome_in_every(intervals: Mapping[str, Interval], paper_side: str = "above", bar: float = 0.0) -> str:
+    """The outcome of a claim made for every domain (or drafter, or size): reproduced when every
+    one is reproduced, contradicted when any one is contradicted, and inside the noise otherwise
+    (at least one inside the noise, none contradicted). `per_outcome` says which is which."""
+    if not intervals:
+        raise ValueError("a claim over several parts needs at least one interval")
+    found = [outcome(interval, paper_side, bar) for interval in intervals.values()]
+    if CONTRADICTED in found:
+        return CONTRADICTED
+    return REPRODUCED if all(o == REPRODUCED for o in found) else INSIDE_NOISE
+
+
+def per_outcome(intervals: Mapping[str, Interval], paper_side: str = "above", bar: float = 0.0,
+                digits: int = 2) -> str:
+    """Each part's interval and outcome as words, for a verdict row's "this run" cell:
+    'math +0.28 [+0.07, +0.49] reproduced; code +0.14 [-0.15, +0.39] inside the noise'."""
+    return "; ".join(f"{name} {interval.text(digits)} {outcome(interval, paper_side, bar)}"
+                     for name, interval in intervals.items())
+
+
+def exact(holds: bool) -> str:
+    """The outcome of a check without noise (the same bits in every build: speculative decoding at
+    temperature 0 equals the target's greedy output): reproduced or contradicted."""
+    if not isinstance(holds, (bool, np.bool_)):
+        raise ValueError(f"exact() takes the check's truth value, got {holds!r}")
+    return REPRODUCED if holds else CONTRADICTED
+
+
 TIE = "tied with (within noise)"
 
 
