@@ -151,7 +151,7 @@ JS_READING = r"""() => {
         if (kind === 'prose') words += t.split(' ').filter(w => /[A-Za-z]/.test(w)).length;
     }
     const column = article.getBoundingClientRect();
-    const wide = [], outputs = Array.from(article.querySelectorAll('.cell_output')).filter(o => o.offsetParent !== null);
+    const wide = [], codeScrolls = [], outputs = Array.from(article.querySelectorAll('.cell_output')).filter(o => o.offsetParent !== null);
     let empty = 0;
     // the text an output holds, without its style sheets, scripts and buttons: asked beside innerText,
     // which is '' for content the browser has not laid out yet (a long page's code far below), while a
@@ -173,6 +173,12 @@ JS_READING = r"""() => {
             if (r.width === 0) continue;
             const ox = getComputedStyle(e).overflowX;
             const scrolled = e.scrollWidth > e.clientWidth + 2 && ['auto', 'scroll', 'hidden'].includes(ox);
+            // shown source scrolls inside its own block rather than wrap (book.css): allowed, and counted
+            const block = e.closest('div.highlight pre');
+            if (block && getComputedStyle(block).overflowX === 'auto' && block.getBoundingClientRect().right <= column.right + 2) {
+                if (e === block && e.scrollWidth > e.clientWidth + 2) codeScrolls.push(Math.round(e.scrollWidth));
+                continue;
+            }
             if (scrolled || r.right > column.right + 2) {
                 wide.push({px: Math.round(Math.max(e.scrollWidth, r.width)), text: (e.innerText || '').trim().slice(0, 60)});
                 break;
@@ -193,7 +199,7 @@ JS_READING = r"""() => {
     const total = counts.prose + counts.input + counts.output;
     return {column_px: Math.round(column.width), prose_chars: counts.prose, input_chars: counts.input,
             output_chars: counts.output, prose_share: total ? counts.prose / total : 1, words: words,
-            wide: wide, wide_math: wideMath, empty: empty, code_headers: Array.from(new Set(headers)),
+            wide: wide, code_scrolls: codeScrolls, wide_math: wideMath, empty: empty, code_headers: Array.from(new Set(headers)),
             placeholder: outputs.some(o => (o.innerText || '').includes('$DSPARK_RESULTS'))};
 }"""
 MIN_FONT_PX = 9.0  # dspark_lite.harness.book.plots.MIN_FONT_PX (not imported: the check runs without the package)

@@ -23,7 +23,9 @@ page, not the book.
 from __future__ import annotations
 
 import argparse
+import html
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -142,6 +144,74 @@ def _link_or_copy(a: str, b: str) -> None:
         shutil.copy2(a, b)
 
 
+GLOSSARY_PAGE = "92_glossary.html"
+GLOSSARY_TERM = re.compile(r'<dt[^>]*\bid="(term-[^"]+)"[^>]*>(.*?)</dt>', re.S)
+GLOSSARY_LINK = re.compile(r'(<a class="reference internal" href=")92_glossary\.html(">)(.*?)(</a>)', re.S)
+
+
+def _names(text: str) -> set[str]:
+    """A glossary term's or a link's words, normalised: lower case, letters and digits, plurals singular;
+    a term "Markov head (RNN head)" gives both "markov head" and "rnn head"."""
+    plain = re.sub(r"<[^>]+>", "", html.unescape(text))
+    parts = [plain] + re.findall(r"\(([^)]*)\)", plain) + [re.sub(r"\s*\([^)]*\)", "", plain)]
+    names = set()
+    for part in parts:
+        for piece in part.split(","):
+            words = [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+                     for w in re.sub(r"[^a-z0-9]+", " ", piece.lower()).split()]
+            if words:
+                names.add(" ".join(words))
+    return names
+
+
+def glossary_terms(glossary_html: str) -> dict[str, str]:
+    """{normalised name: the term's anchor id} of every term on the built glossary page."""
+    found = {}
+    for anchor, text in GLOSSARY_TERM.findall(glossary_html):
+        for name in _names(re.sub(r'<a class="headerlink".*?</a>', "", text, flags=re.S)):
+            found.setdefault(name, anchor)
+    return found
+
+
+def link_glossary_terms(html_dir: Path) -> list[str]:
+    """Point every link to the glossary at its term's entry (`92_glossary.html#term-...`), matched by the
+    link's words (a term's name or its alias in parentheses, plurals singular; else the one term whose
+    name holds all the link's words, or whose words the link holds). Returns the link texts no term
+    matched (their links still open the glossary)."""
+    glossary = next(Path(html_dir).rglob(GLOSSARY_PAGE), None)
+    if glossary is None:
+        return []
+    terms, unmatched = glossary_terms(glossary.read_text(encoding="utf-8")), []
+
+    def anchor_of(text: str) -> str | None:
+        names = _names(text)
+        for name in names:
+            if name in terms:
+                return terms[name]
+        for name in names:
+            words = set(name.split())
+            near = {a for t, a in terms.items() if words <= set(t.split()) or set(t.split()) <= words}
+            if len(near) == 1:
+                return near.pop()
+        return None
+
+    def relink(match: re.Match) -> str:
+        found = anchor_of(match.group(3))
+        if found is None:
+            unmatched.append(re.sub(r"<[^>]+>", "", match.group(3)).strip())
+            return match.group(0)
+        return f"{match.group(1)}{GLOSSARY_PAGE}#{found}{match.group(2)}{match.group(3)}{match.group(4)}"
+
+    for page in sorted(Path(html_dir).rglob("*.html")):
+        if page.name == GLOSSARY_PAGE:
+            continue
+        text = page.read_text(encoding="utf-8")
+        new = GLOSSARY_LINK.sub(relink, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    return [t for t in unmatched if t and t.lower() != "glossary"]
+
+
 def build_book(executed: Path, out: Path, root: Path = REPO) -> Path:
     """Stage and render the book; return the HTML folder (OUT/_build/html)."""
     src = stage(Path(executed), Path(out), root)
@@ -155,6 +225,8 @@ def build_book(executed: Path, out: Path, root: Path = REPO) -> Path:
     html = Path(out) / "_build" / "html"
     for problem in offer_offline_downloads(Path(out), html):  # ci/browser_check.py fails on these
         print(f"build_book: {problem}", file=sys.stderr)
+    for text in link_glossary_terms(html):
+        print(f"build_book: a glossary link matches no term, so it opens the glossary's top: {text!r}", file=sys.stderr)
     return html
 
 

@@ -1,10 +1,11 @@
 """Every chapter's second cell, right after its title, is the Colab cell, `colab_cell_source(*repository_setting())`
-(tests/test_running_elsewhere.py checks it). This script lists the chapters whose first cell differs
-(exit status 1), or with --write rewrites those cells in place: only the first cell's source changes
-(its id, tags and every other cell stay as they are; the file keeps the notebooks' JSON layout).
+(tests/test_running_elsewhere.py checks it), folded in JupyterLab and absent from the rendered book. This
+script lists the chapters whose Colab cell differs (exit status 1), or with --write rewrites it in place: a
+Colab cell that still comes first moves after the title, and only its source and folding change (its id,
+and every other cell, stay as they are; the file keeps the notebooks' JSON layout).
 
     python ci/colab_cells.py            # check
-    python ci/colab_cells.py --write    # rewrite the first cells from _config.yml's repository setting
+    python ci/colab_cells.py --write    # rewrite the Colab cells from _config.yml's repository setting
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: make `ci` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ci.browser_check import CHROMIUM, CHROMIUM_ARGS, ChromiumNotFound, serve
+from dspark_lite.harness.book.verdicts import OUTCOMES
 
 # A MyST role as a notebook viewer leaves it: the role's name in braces, its content after it (the
 # backticks become a code span). Code inputs are not read (a dict or an f-string has braces too).
@@ -59,7 +60,7 @@ JS_FIGURES = """() => ({
         .map(el => el.innerText.trim().split('\\n')[0].slice(0, 160)),
 })"""
 VERDICT_CAPTION = "What this run shows"
-VERDICTS = ("not reproduced", "reproduced", "not testable here")
+VERDICTS = OUTCOMES  # the verdict box's outcomes (dspark_lite.harness.book.verdicts)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Execute the book's notebooks, in `_toc.yml` order, and say how each one went.
+"""Execute the book's notebooks, in `_toc.yml` order (the preface last: its scoreboard reads every
+chapter's and study's verdict box), and say how each one went.
 
     python ci/run_notebooks.py --profile full --out _build/executed --results _build/results
     python ci/run_notebooks.py --profile smoke --out /tmp/x --only 01_toy_world
@@ -232,6 +233,7 @@ def _first_line(first: list[str]) -> str:
 def _select(only: list[str] | None) -> list[Path]:
     """The toc's notebooks (relative paths), restricted to `only` (names, with or without .ipynb)."""
     notebooks = toc_notebooks(REPO)
+    notebooks = notebooks[1:] + notebooks[:1]  # the root (the preface) runs last: its scoreboard reads every box
     if not only:
         return notebooks
     wanted = {Path(n).name.removesuffix(".ipynb") for n in only}

@@ -279,17 +279,19 @@ class SequentialTemperatureScaling(_TemperatureCalibrator):
     """
 
     def fit(self, z_cal: Any, n_acc_cal: Any) -> "SequentialTemperatureScaling":
-        """Fit T_1..T_gamma in order on a calibration split: the head's logits z_cal[N, gamma]
-        and the accepted drafts n_acc_cal[N] of the same blocks. Returns self."""
+        """Fit T_1..T_gamma in order on a calibration split: the head's logits
+        z_cal[N, gamma] and the accepted drafts n_acc_cal[N] of the same blocks.
+        Returns self."""
         z, n_acc = checks.calibration_split(z_cal, n_acc_cal)
         self.gamma_, self.fallback_positions_ = z.shape[1], []
-        s = survival_targets(n_acc, self.gamma_).astype(float)  # [N, gamma] s_k = (n_acc >= k)
-        self.temperatures_ = np.ones(self.gamma_)  # T_k = 1 stays where position k is degenerate
+        s = survival_targets(n_acc, self.gamma_).astype(float)  # [N, gamma]: n_acc >= k
+        self.temperatures_ = np.ones(self.gamma_)  # T_k = 1 where position k is degenerate
         a = np.ones(len(z))  # [N] a_{k-1} with T_1..T_{k-1} fixed; a_0 = 1
         for k in range(1, self.gamma_ + 1):
+            z_k, t = z[:, k - 1], self.temperatures_  # slot k's logits, the temperatures
             if self._fittable(n_acc, k, "T = 1"):
-                self.temperatures_[k - 1] = self.best_temperature(z[:, k - 1], a, s[:, k - 1])  # min ECE(a_k, s_k)
-            a = a * temperature_scale(z[:, k - 1], self.temperatures_[k - 1])  # a_k = a_{k-1} * c_k
+                t[k - 1] = self.best_temperature(z_k, a, s[:, k - 1])  # min ECE(a_k, s_k)
+            a = a * temperature_scale(z_k, t[k - 1])  # a_k = a_{k-1} * c_k
         return self
 
 

@@ -597,3 +597,22 @@ def test_the_runner_drops_the_blank_line_a_transient_bar_leaves() -> None:
     nb.cells = [cell, nbformat.v4.new_markdown_cell("text")]
     drop_blank_streams(nb)
     assert [out["text"] for out in nb.cells[0].outputs] == ["done\n"]
+
+
+def test_glossary_links_go_to_their_term(tmp_path: Path) -> None:
+    """Issue 64: a link to the glossary lands on its term's entry, matched by its words (name, alias in
+    parentheses, plural); a link no term matches is reported and left as it was."""
+    from ci.build_book import link_glossary_terms
+
+    (tmp_path / "92_glossary.html").write_text(
+        '<dl><dt id="term-Anchor">Anchor<a class="headerlink" href="#term-Anchor">#</a></dt>'
+        '<dt id="term-Markov-head-RNN-head">Markov head (RNN head)</dt>'
+        '<dt id="term-Target-drafter">Target, drafter</dt></dl>')
+    link = '<a class="reference internal" href="92_glossary.html"><span class="std std-doc"><strong>{}</strong></span></a>'
+    page = tmp_path / "04.html"
+    page.write_text(" ".join(link.format(t) for t in ("anchors", "RNN head", "drafters", "the moon")))
+    assert link_glossary_terms(tmp_path) == ["the moon"]
+    text = page.read_text()
+    for anchor in ("term-Anchor", "term-Markov-head-RNN-head", "term-Target-drafter"):
+        assert f'href="92_glossary.html#{anchor}"' in text
+    assert text.count('href="92_glossary.html"') == 1  # the moon's link still opens the glossary

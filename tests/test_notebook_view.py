@@ -17,6 +17,12 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason="needs Debi
 SAID = "**Run time.** This run accepted 4.21 tokens per round against DFlash's 3.80: above, outside the interval."
 
 
+@pytest.fixture(autouse=True)
+def _results_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted verdict boxes write their result files into the test's folder, not the book's."""
+    monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path / "results"))
+
+
 def chapter(tmp_path: Path, markdown_cell: str = "# 9. A planted chapter\n\nWhat to look for, and why.",
             said: str | None = SAID, box: bool = True, raw: bool = False, chart: dict | None = None) -> Path:
     """An executed notebook: a markdown cell, one cell whose output says what it measured, a verdict box
@@ -28,8 +34,9 @@ def chapter(tmp_path: Path, markdown_cell: str = "# 9. A planted chapter\n\nWhat
         outputs.append(nbformat.v4.new_output("execute_result", data={"text/plain": "<IPython.core.display.Markdown object>"},
                                               execution_count=1))
     if box:
-        table = results.run_shows([("DSpark beats DFlash in every domain", "+16.3%", "+14.1%", True),
-                                   ("the head costs almost nothing", "0.2-1.3%", "n/a", None)])
+        table = results.run_shows([("DSpark beats DFlash in every domain", "+16.3%", "+14.1%", "reproduced"),
+                                   ("the head costs almost nothing", "0.2-1.3%", "n/a", None)],
+                                  chapter="09_planted", profile="smoke")
         outputs.append(nbformat.v4.new_output("display_data", data={"text/html": table.to_html(), "text/plain": "box"}))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown_cell),
                                          nbformat.v4.new_code_cell("measure()", outputs=outputs, execution_count=1)])

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dspark_lite.harness.book import results
 
@@ -47,3 +48,49 @@ def test_the_dataframe_is_not_modified() -> None:
     results.titled(df, "t").to_html()
     pd.testing.assert_frame_equal(df, before)
     assert df.loc["math", "tau"] == 4.2166
+
+
+# The verdict box and the preface's scoreboard (issue 64).
+def test_the_verdict_box_colours_each_outcome_and_writes_its_rows(tmp_path, monkeypatch) -> None:
+    from dspark_lite.harness.book import verdicts
+    from dspark_lite.harness.result_files import load_results
+
+    monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path))
+    rows = [("DSpark beats DFlash in every domain", "+16.3%", "math ... reproduced", verdicts.REPRODUCED),
+            ("chat is hardest", "3.49", "code 2.1 < chat 2.4", verdicts.CONTRADICTED),
+            ("the gain grows with gamma", "+10 points", "+2 [-3, +7]", verdicts.INSIDE_NOISE),
+            ("the head is cheap", "1%", "CPU only", None)]
+    html = results.run_shows(rows, chapter="04_markov_head", profile="smoke").to_html()
+    for name in verdicts.OUTCOMES:
+        assert name in html
+        assert results.OUTCOME_COLOURS[name][0] in html  # each outcome's own colour
+    saved = load_results(tmp_path)["verdicts_04_markov_head"]["results"]
+    assert [c["outcome"] for c in saved["claims"]] == list(verdicts.OUTCOMES)
+    with pytest.raises(ValueError, match="outcome"):
+        results.run_shows([("old style", "x", "y", True)], chapter="04_markov_head", profile="smoke")
+    with pytest.raises(ValueError, match="stem"):
+        results.run_shows(rows, chapter="04 markov head", profile="smoke")
+
+
+def test_the_scoreboard_gathers_every_box_in_reading_order(tmp_path, monkeypatch) -> None:
+    import json
+
+    from dspark_lite.harness.book import verdicts
+    from dspark_lite.harness.result_files import load_results
+
+    monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path / "results"))
+    book = tmp_path / "chapters"
+    book.mkdir()
+    for stem, title in (("04_markov_head", "# 4. The Markov head"), ("s04a_depth", "# Study 4a. Depth"),
+                        ("90_results", "# Results")):
+        (book / f"{stem}.ipynb").write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": title}]}))
+    assert results.book_titles(book) == {"04_markov_head": "4. The Markov head", "s04a_depth": "Study 4a. Depth",
+                                         "90_results": "Results"}
+    results.run_shows([("a", "p", "m", verdicts.INSIDE_NOISE)], chapter="s04a_depth", profile="smoke")
+    results.run_shows([("b", "p", "m", verdicts.REPRODUCED), ("c", "p", "m", None)], chapter="04_markov_head",
+                      profile="smoke")
+    board = results.scoreboard(load_results(), results.book_titles(book))
+    assert list(board["claim"]) == ["b", "c", "a"] and list(board["where"])[-1] == "Study 4a. Depth"
+    assert results.outcome_counts(board) == {verdicts.REPRODUCED: 1, verdicts.CONTRADICTED: 0,
+                                             verdicts.INSIDE_NOISE: 1, verdicts.NOT_TESTABLE: 1}
+    assert "#fff3cd" in results.coloured(board, "t").to_html()

@@ -139,25 +139,31 @@ def test_the_published_cache_address_is_the_repository_pages_site() -> None:
     assert len(source.splitlines()) <= 30  # no code cell of the book runs past 30 lines
 
 
-def test_colab_cells_rewrites_only_first_cells_that_differ(tmp_path: Path) -> None:
+def test_colab_cells_moves_the_colab_cell_after_the_title_and_rewrites_only_it(tmp_path: Path) -> None:
     from ci import colab_cells
 
     source = colab_cells.colab_cell_source(*colab_cells.repository_setting())
     old = {"cells": [{"cell_type": "code", "id": "ab12cd34", "metadata": {"tags": ["remove-cell"]}, "outputs": [],
                       "execution_count": None, "source": ['import sys\n', 'if "google.colab" in sys.modules:\n', '    pass']},
-                     {"cell_type": "markdown", "id": "ef56ab78", "metadata": {}, "source": ["# Title"]}],
+                     {"cell_type": "markdown", "id": "ef56ab78", "metadata": {}, "source": ["# Title"]},
+                     {"cell_type": "markdown", "id": "0a0b0c0d", "metadata": {}, "source": ["text"]}],
            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "01_x.ipynb").write_text(json.dumps(old, indent=1) + "\n")
     assert colab_cells.main(["--chapters", str(tmp_path)]) == 1
     assert colab_cells.main(["--chapters", str(tmp_path), "--write"]) == 0
     new = json.loads((tmp_path / "01_x.ipynb").read_text())
-    assert "".join(new["cells"][0]["source"]) == source and new["cells"][1] == old["cells"][1]
-    assert {k: v for k, v in new["cells"][0].items() if k != "source"} == \
-        {k: v for k, v in old["cells"][0].items() if k != "source"}
+    assert new["cells"][0] == old["cells"][1] and new["cells"][2] == old["cells"][2]  # the title first, the rest as it was
+    colab = new["cells"][1]
+    assert "".join(colab["source"]) == source and colab["id"] == "ab12cd34"
+    assert colab["metadata"] == {"tags": ["remove-cell"], "jupyter": {"source_hidden": True}}  # folded
     assert colab_cells.main(["--chapters", str(tmp_path)]) == 0
-    old["cells"][0]["source"] = ["print('not a Colab cell')"]
-    (tmp_path / "01_x.ipynb").write_text(json.dumps(old))
+    new["cells"][1]["source"] = ["print('not a Colab cell')"]
+    (tmp_path / "01_x.ipynb").write_text(json.dumps(new))
     with pytest.raises(SystemExit, match="not a Colab cell"):
+        colab_cells.main(["--chapters", str(tmp_path)])
+    new["cells"] = new["cells"][1:]  # no title first
+    (tmp_path / "01_x.ipynb").write_text(json.dumps(new))
+    with pytest.raises(SystemExit, match="title"):
         colab_cells.main(["--chapters", str(tmp_path)])
 
 

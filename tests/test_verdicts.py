@@ -187,3 +187,44 @@ def test_the_shared_words_of_chapters_03_and_04_and_an_interval_as_stored() -> N
     assert verdicts.falls_by(0.004, digits=3) == "falls by 0.004"
     assert verdicts.falls_by(7.26, digits=1, unit=" points") == "falls by 7.3 points"
     assert verdicts.Interval(0.5, 0.25, 0.75, (0.4, 0.6)).as_list() == [0.5, 0.25, 0.75]
+
+
+# The three outcomes (issue 64): reproduced on the paper's side, contradicted on the other, else inside the noise.
+def test_outcome_reads_the_interval_against_the_papers_side() -> None:
+    above, below, straddles = (verdicts.Interval(0.3, 0.1, 0.5), verdicts.Interval(-0.3, -0.5, -0.1),
+                               verdicts.Interval(0.1, -0.1, 0.3))
+    assert verdicts.outcome(above) == verdicts.REPRODUCED
+    assert verdicts.outcome(below) == verdicts.CONTRADICTED
+    assert verdicts.outcome(straddles) == verdicts.INSIDE_NOISE
+    assert verdicts.outcome(below, "below") == verdicts.REPRODUCED and verdicts.outcome(above, "below") == verdicts.CONTRADICTED
+    # a bar: an ECE of 2.3% [1.9, 2.8] is "at most the paper's 8%" (beating the paper is on its side)
+    ece = verdicts.Interval(0.023, 0.019, 0.028)
+    assert verdicts.outcome(ece, "below", 0.08) == verdicts.REPRODUCED
+    assert verdicts.outcome(ece, "below", 0.015) == verdicts.CONTRADICTED
+    assert verdicts.outcome(ece, "below", 0.025) == verdicts.INSIDE_NOISE
+    with pytest.raises(ValueError, match="paper_side"):
+        verdicts.outcome(above, "over")
+
+
+def test_a_seed_on_the_other_side_keeps_a_claim_inside_the_noise() -> None:
+    one_seed_against = verdicts.Interval(0.3, 0.1, 0.5, seeds=(0.4, 0.5, -0.01))
+    assert verdicts.outcome(one_seed_against) == verdicts.INSIDE_NOISE
+    assert verdicts.outcome(verdicts.Interval(-0.3, -0.5, -0.1, seeds=(-0.2, -0.4))) == verdicts.CONTRADICTED
+
+
+def test_a_claim_in_every_domain_needs_every_domain() -> None:
+    yes, tie, no = (verdicts.Interval(0.3, 0.1, 0.5), verdicts.Interval(0.1, -0.1, 0.3),
+                    verdicts.Interval(-0.3, -0.5, -0.1))
+    assert verdicts.outcome_in_every({"math": yes, "code": yes}) == verdicts.REPRODUCED
+    assert verdicts.outcome_in_every({"math": yes, "chat": tie}) == verdicts.INSIDE_NOISE
+    assert verdicts.outcome_in_every({"math": yes, "chat": tie, "code": no}) == verdicts.CONTRADICTED
+    assert verdicts.per_outcome({"math": yes, "chat": tie}) == \
+        "math +0.30 [+0.10, +0.50] reproduced; chat +0.10 [-0.10, +0.30] inside the noise"
+    with pytest.raises(ValueError, match="at least one"):
+        verdicts.outcome_in_every({})
+
+
+def test_exact_checks_have_two_outcomes_and_take_only_truth_values() -> None:
+    assert verdicts.exact(True) == verdicts.REPRODUCED and verdicts.exact(np.bool_(False)) == verdicts.CONTRADICTED
+    with pytest.raises(ValueError, match="truth value"):
+        verdicts.exact(0.3)

@@ -5,6 +5,7 @@ runs are read by `harness.gpu.runs`, and every chapter's Colab cell is written b
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -86,6 +87,24 @@ def run_shows(rows: list[tuple[str, str, str, str | None]], chapter: str, profil
     frame = pd.DataFrame(table, columns=["claim", "paper", "this run", "verdict"])
     return (frame.style.hide(axis="index").set_caption("What this run shows")
             .map(_outcome_style, subset=["verdict"]))
+
+
+def book_titles(folder: str | Path = ".") -> dict[str, str]:
+    """{notebook stem: its title} for the book's notebooks in `folder` (chapters/), in reading order:
+    the main path (00-89), then the studies (s...), then the reference pages (90-99). The title is the
+    first cell's heading, without the '#'."""
+    import json
+
+    def order(path: Path) -> tuple[int, str]:
+        stem = path.stem
+        return (1 if stem.startswith("s") else 2 if stem[:2] >= "90" else 0, stem)
+
+    titles = {}
+    for path in sorted(Path(folder).glob("*.ipynb"), key=order):
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells") or [{}]
+        first = "".join(cells[0].get("source", "")).lstrip()
+        titles[path.stem] = first.splitlines()[0].lstrip("# ").strip() if first.startswith("#") else path.stem
+    return titles
 
 
 def scoreboard(found: dict[str, dict[str, Any]], titles: Mapping[str, str]) -> "Any":
