@@ -32,15 +32,28 @@ def _read(path: Path) -> dict:
     return raw.get("results", raw) if isinstance(raw, dict) else {}
 
 
+# Where a chapter's result keys went when its studies were split out of it (issue 64): the chapter's
+# file is read together with its studies' files, so an old build (one file) and a new one (several)
+# compare key by key. Each study writes its own keys under the names the chapter used.
+MOVED = {
+    "toy_world": ("study_regime", "study_vocabulary"),
+    "speculative": ("study_wall_clock",),
+    "parallel_drafting": ("study_where_parallel_wins", "study_suffix_decay_yardsticks", "study_draft_cost",
+                          "study_multimodal_collision"),
+    "table1_toy": ("study_depth_and_block_size", "study_race", "study_figure2_curves", "study_seed_robustness"),
+    "confidence": ("study_calibrators", "study_head_alone", "study_engine_files"),
+    "serving": ("study_load_sweeps", "study_batched_steps", "study_calibration_in_serving", "study_interpolation_misses"),
+}
+
+
 def results(folder: Path, name: str) -> dict:
-    """The `results` part of `folder`/`name`.json, with the top-level keys of the folder's other
-    result files added where `name` lacks them ({} when no file has any): a measurement that moved
-    from a chapter to a study keeps its key and is still found, whichever notebook writes it."""
-    path = folder / f"{name}.json"
-    found = _read(path) if path.is_file() else {}
-    for other in sorted(folder.glob("*.json")):
-        if other != path:
-            for key, value in _read(other).items():
+    """The `results` part of `folder`/`name`.json, with the keys of the studies split out of that
+    chapter (`MOVED`) added where the chapter's file lacks them ({} when no file has any)."""
+    found = {}
+    for part in (name, *MOVED.get(name, ())):
+        path = folder / f"{part}.json"
+        if path.is_file():
+            for key, value in _read(path).items():
                 found.setdefault(key, value)
     return found
 

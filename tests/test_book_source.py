@@ -1,20 +1,22 @@
-"""harness.book.source: shown source fits the page's column and stays valid Python."""
+"""harness.book.source: the method's code as a chapter shows it, its own lines, with or without the docstring."""
 import ast
 import inspect
+import textwrap
 
 from dspark_lite import dspark
-from dspark_lite.harness.book.source import WIDTH, reflow
+from dspark_lite.harness.book.source import source_of
 
 
-def test_reflow_fits_the_column_and_parses():
-    for obj in (dspark.MarkovHead, dspark.sample_chain, dspark.RNNHead.advance, dspark.DSparkDrafter.train_logits):
-        shown = reflow(inspect.getsource(obj))
-        assert max(len(line) for line in shown.splitlines()) <= WIDTH
+def test_shown_source_is_the_package_source_dedented():
+    for obj in (dspark.MarkovHead, dspark.sample_chain, dspark.RNNHead.advance):
+        shown = source_of(obj)
+        assert shown == textwrap.dedent(inspect.getsource(obj)).rstrip("\n")
         ast.parse(shown)
-        assert [t for t in shown.split() if t.isidentifier()][:3] == [t for t in inspect.getsource(obj).split()
-                                                                      if t.isidentifier()][:3]
 
 
-def test_reflow_keeps_short_lines():
-    text = "def f(a, b):\n    return a + b"
-    assert reflow(text) == text
+def test_without_the_docstring_only_the_docstring_goes():
+    shown = source_of(dspark.RNNHead.advance, docstring=False)
+    tree = ast.parse(shown).body[0]
+    assert ast.get_docstring(tree) is None and ast.get_docstring(ast.parse(source_of(dspark.RNNHead.advance)).body[0])
+    full = source_of(dspark.RNNHead.advance).splitlines()
+    assert set(shown.splitlines()) <= set(full) and len(shown.splitlines()) < len(full)

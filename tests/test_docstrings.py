@@ -16,14 +16,25 @@ MODULES = [p for p in sorted(PACKAGE.rglob("*.py")) if not p.name.startswith("__
 
 
 def chapter_texts() -> dict[str, str]:
-    """Chapter number ('02', '06b', '91') -> all its text (a notebook's cells, or a page)."""
-    texts = {}
+    """Chapter number ('02', '06b', '91') -> all its text (a notebook's cells, or a page), its studies'
+    included: a study (`s04a_...`, `s06ba_...`) belongs to the chapter its number names."""
+    texts, studies = {}, []
     for path in sorted((ROOT / "chapters").glob("*")):
         number = path.stem.split("_")[0]
         if path.suffix == ".ipynb":
-            texts[number] = "".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"])
+            text = "".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"])
         elif path.suffix == ".md":
-            texts[number] = path.read_text()
+            text = path.read_text()
+        else:
+            continue
+        if number.startswith("s"):
+            studies.append((number[1:], text))
+        else:
+            texts[number] = text
+    for number, text in studies:
+        chapter = next((c for c in (number[:3], number[:2]) if c in texts), None)
+        assert chapter is not None, f"study s{number} names no chapter that exists"
+        texts[chapter] += text
     return texts
 
 

@@ -94,3 +94,12 @@ def test_the_scoreboard_gathers_every_box_in_reading_order(tmp_path, monkeypatch
     assert results.outcome_counts(board) == {verdicts.REPRODUCED: 1, verdicts.CONTRADICTED: 0,
                                              verdicts.INSIDE_NOISE: 1, verdicts.NOT_TESTABLE: 1}
     assert "#fff3cd" in results.coloured(board, "t").to_html()
+
+
+def test_smooth_is_a_running_mean_that_waits_for_its_window() -> None:
+    from dspark_lite.harness.book import plots
+
+    found = plots.smooth([1, 2, 3, 4], 2)
+    assert np.isnan(found[0]) and list(found[1:]) == [1.5, 2.5, 3.5]
+    with pytest.raises(ValueError, match="window"):
+        plots.smooth([1, 2], 0)

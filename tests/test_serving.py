@@ -137,6 +137,21 @@ def test_replayed_sweep_aggregates_independent_replays():
     assert (agg.loc[agg["scheduler"] == "mtp1", "budget"] == 2).all()
 
 
+
+def test_per_replay_sets_each_replays_throughput_side_by_side():
+    from dspark_lite.harness.serving.simulator import per_replay
+
+    records, curve = random_records(2), StepCurve.analytic(256, knee=16)
+    _, runs = replayed_sweep(records, ["dspark", "mtp1"], curve, [2, 8], 20, replays=3, seed=1)
+    table = per_replay(runs, 8)
+    assert list(table.index) == [0, 1, 2] and sorted(table.columns) == ["dspark", "mtp1"]
+    mine = runs[(runs["R"] == 8) & (runs["scheduler"] == "mtp1")].sort_values("replay")
+    assert np.allclose(table["mtp1"].to_numpy(), mine["throughput"].to_numpy())
+    with pytest.raises(ValueError, match="no run at R = 3"):
+        per_replay(runs, 3)
+    with pytest.raises(ValueError, match="columns"):
+        per_replay(runs.drop(columns="replay"), 8)
+
 def test_versus_best_baseline_reads_the_best_baseline_within_noise():
     agg = pd.DataFrame({"scheduler": ["dspark", "fixed", "mtp1"] * 2, "R": [1, 1, 1, 4, 4, 4],
                         "throughput": [10.0, 9.0, 5.0, 9.95, 10.0, 6.0]})

@@ -228,3 +228,41 @@ def test_exact_checks_have_two_outcomes_and_take_only_truth_values() -> None:
     assert verdicts.exact(True) == verdicts.REPRODUCED and verdicts.exact(np.bool_(False)) == verdicts.CONTRADICTED
     with pytest.raises(ValueError, match="truth value"):
         verdicts.exact(0.3)
+
+
+def test_a_window_tests_both_edges_and_combined_joins_outcomes() -> None:
+    tau = verdicts.Interval(4.18, 3.82, 4.51)
+    assert verdicts.in_window(tau, 4.80, 0.75) == verdicts.INSIDE_NOISE  # reaches below the low edge 4.05
+    assert verdicts.in_window(tau, 4.30, 0.75) == verdicts.REPRODUCED
+    assert verdicts.in_window(tau, 5.50, 0.75) == verdicts.CONTRADICTED  # wholly below 4.75
+    assert verdicts.between(verdicts.Interval(0.70, 0.698, 0.702), 0.69, 0.71) == verdicts.REPRODUCED
+    assert verdicts.combined(verdicts.REPRODUCED, verdicts.INSIDE_NOISE) == verdicts.INSIDE_NOISE
+    with pytest.raises(ValueError, match="outcomes"):
+        verdicts.combined(verdicts.NOT_TESTABLE)
+    assert tau.plain() == "4.18 [3.82, 4.51]"
+    assert verdicts.versus_paper(True) == "as in the paper"
+    assert verdicts.versus_paper(False, "chat") == "unlike the paper, where it is chat"
+
+
+def test_the_t_interval_over_seeds_matches_scipy_and_one_seed_calls_nothing() -> None:
+    scipy_stats = pytest.importorskip("scipy.stats")
+    values = [3.6, 2.9, 3.1]
+    found = verdicts.t_interval(values)
+    low, high = scipy_stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=scipy_stats.sem(values))
+    assert found.estimate == pytest.approx(np.mean(values)) and found.seeds == tuple(values)
+    assert (found.low, found.high) == (pytest.approx(low, abs=1e-3), pytest.approx(high, abs=1e-3))
+    assert verdicts.t_interval(values, seeds=False).seeds == ()
+    one = verdicts.t_interval([0.4, float("nan")])
+    assert one.low == -np.inf and one.high == np.inf and verdicts.outcome(one) == verdicts.INSIDE_NOISE
+    with pytest.raises(ValueError, match="at least one"):
+        verdicts.t_interval([float("nan")])
+
+
+def test_tau_interval_is_tau_with_its_bootstrap() -> None:
+    rng = np.random.default_rng(0)
+    parts = [generations(3.0, 40, rng) for _ in range(3)]
+    found = verdicts.tau_interval(parts, seed=1)
+    assert found.estimate == pytest.approx(verdicts.pooled_tau(parts))
+    assert found.low < found.estimate < found.high and len(found.seeds) == 3
+    gap = verdicts.tau_difference(parts, np.ones_like(np.asarray(parts, dtype=float)), seed=1)  # tau minus 1
+    assert (found.low, found.high) == (pytest.approx(gap.low + 1), pytest.approx(gap.high + 1))

@@ -95,3 +95,14 @@ def png_report(png: bytes) -> tuple[dict[str, Any] | None, int]:
     with Image.open(io.BytesIO(png)) as image:
         text = image.info.get(PNG_KEY)
         return (json.loads(text) if text else None), image.width
+
+
+def smooth(values: Any, window: int) -> "Any":
+    """The running mean of a training curve over `window` steps (NaN until the first window is full):
+    how the book draws a noisy loss or acceptance curve."""
+    import numpy as np
+    import pandas as pd
+
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    return pd.Series(np.asarray(values, dtype=float)).rolling(window).mean()

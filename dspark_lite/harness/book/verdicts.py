@@ -57,6 +57,10 @@ class Interval:
         """'+0.12 [+0.05, +0.19]': the estimate and its interval, signed, with `digits` decimals."""
         return f"{self.estimate:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
 
+    def plain(self, digits: int = 2) -> str:
+        """'4.18 [3.82, 4.51]': a quantity (a tau, an ECE) and its interval, unsigned."""
+        return f"{self.estimate:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
 
 def _parts(parts) -> np.ndarray:
     """[seeds, generations, 2]: (tokens, rounds) per generation, of one seed ([generations, 2]) or several."""
@@ -189,6 +193,36 @@ def mean_interval(values, seed: int = 0) -> Interval:
     return _interval(float(seed_means.mean()), samples, seed_means)
 
 
+def t_interval(values: Sequence[float], seeds: bool = True) -> Interval:
+    """The mean of independent values (each training seed's own estimate, or each replay's) with
+    its 95% t interval (n - 1 degrees of freedom); non-finite values are left out. One value gives
+    the whole line: one seed calls nothing. With `seeds`, the interval keeps the values as its seeds'
+    estimates (`outcome` then asks every seed to agree)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        raise ValueError(f"a t interval needs at least one finite value, got {list(values)}")
+    if len(v) == 1:
+        return Interval(float(v[0]), -np.inf, np.inf)
+    half = (T_975[len(v) - 2] if len(v) - 2 < len(T_975) else 1.96) * v.std(ddof=1) / np.sqrt(len(v))
+    return Interval(float(v.mean()), float(v.mean() - half), float(v.mean() + half), tuple(v.tolist()) if seeds else ())
+
+
+def tau_interval(parts, seed: int = 0) -> Interval:
+    """tau itself with its bootstrap interval (seeds, then generations), from per-generation
+    (tokens, rounds) pairs as `tau_difference` takes them."""
+    parts = _parts(parts)
+    rng = np.random.default_rng(seed)
+    return _interval(pooled_tau(parts), _resampled(parts, _draws(parts.shape[0], parts.shape[1], rng)),
+                     _seed_taus(parts))
+
+
+def versus_paper(agrees: bool, paper: str | None = None) -> str:
+    """'as in the paper', or 'unlike the paper' ('unlike the paper, where it is chat' when `paper`
+    says what the paper found)."""
+    return "as in the paper" if agrees else "unlike the paper" + (f", where it is {paper}" if paper else "")
+
+
 def seed_spread(values: Sequence[float], digits: int = 2) -> str:
     """'4.28 ± 0.21': the mean over seeds and their standard deviation (the mean alone for one seed)."""
     values = np.asarray(values, dtype=float)
@@ -222,16 +256,34 @@ def outcome(interval: Interval, paper_side: str = "above", bar: float = 0.0) -> 
     return INSIDE_NOISE
 
 
+def combined(*found: str) -> str:
+    """One outcome from several parts' (a claim "in every domain", or both edges of a window):
+    contradicted when any part is, reproduced when every part is, inside the noise otherwise."""
+    if not found or any(o not in OUTCOMES[:3] for o in found):
+        raise ValueError(f"combined() takes outcomes among {OUTCOMES[:3]}, got {found!r}")
+    if CONTRADICTED in found:
+        return CONTRADICTED
+    return REPRODUCED if all(o == REPRODUCED for o in found) else INSIDE_NOISE
+
+
 def outcome_in_every(intervals: Mapping[str, Interval], paper_side: str = "above", bar: float = 0.0) -> str:
     """The outcome of a claim made for every domain (or drafter, or size): reproduced when every
     one is reproduced, contradicted when any one is contradicted, and inside the noise otherwise
     (at least one inside the noise, none contradicted). `per_outcome` says which is which."""
     if not intervals:
         raise ValueError("a claim over several parts needs at least one interval")
-    found = [outcome(interval, paper_side, bar) for interval in intervals.values()]
-    if CONTRADICTED in found:
-        return CONTRADICTED
-    return REPRODUCED if all(o == REPRODUCED for o in found) else INSIDE_NOISE
+    return combined(*(outcome(interval, paper_side, bar) for interval in intervals.values()))
+
+
+def between(interval: Interval, low: float, high: float) -> str:
+    """The outcome of "the value lies between `low` and `high`": both edges tested, as `combined`
+    joins them (reproduced inside, contradicted when the interval lies beyond either edge)."""
+    return combined(outcome(interval, "above", low), outcome(interval, "below", high))
+
+
+def in_window(interval: Interval, centre: float, half_width: float) -> str:
+    """The outcome of "the value lies within `half_width` of `centre`" (the paper's number)."""
+    return between(interval, centre - half_width, centre + half_width)
 
 
 def per_outcome(intervals: Mapping[str, Interval], paper_side: str = "above", bar: float = 0.0,

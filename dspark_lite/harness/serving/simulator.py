@@ -276,6 +276,18 @@ def replayed_sweep(records: Rounds, schedulers: Sequence[str | Scheduler], curve
     return agg.reset_index(), runs
 
 
+
+def per_replay(runs: pd.DataFrame, R: int) -> pd.DataFrame:
+    """Each replay's throughput at concurrency R, one column a scheduler: what the paired intervals
+    over replays read (`runs` as `replayed_sweep` returns it)."""
+    missing = {"R", "replay", "scheduler", "throughput"} - set(runs.columns)
+    if missing:
+        raise ValueError(f"runs lacks the columns {sorted(missing)}; pass replayed_sweep's second frame")
+    if R not in set(runs["R"]):
+        raise ValueError(f"no run at R = {R}; the runs have R in {sorted(set(runs['R']))}")
+    return runs[runs["R"] == R].pivot(index="replay", columns="scheduler", values="throughput")
+
+
 def versus_best_baseline(aggregate: pd.DataFrame, runs: pd.DataFrame, baselines: Sequence[str],
                          candidate: str = "dspark", min_margin: float = 0.01) -> pd.DataFrame:
     """The candidate against the best of `baselines` at every R, within noise.
