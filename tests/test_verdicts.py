@@ -209,7 +209,7 @@ def test_outcome_reads_the_interval_against_the_papers_side() -> None:
 def test_a_seed_on_the_other_side_keeps_a_claim_inside_the_noise() -> None:
     one_seed_against = verdicts.Interval(0.3, 0.1, 0.5, seeds=(0.4, 0.5, -0.01))
     assert verdicts.outcome(one_seed_against) == verdicts.INSIDE_NOISE
-    assert verdicts.outcome(verdicts.Interval(-0.3, -0.5, -0.1, seeds=(-0.2, -0.4))) == verdicts.CONTRADICTED
+    assert verdicts.outcome(verdicts.Interval(-0.3, -0.5, -0.1, seeds=(-0.2, -0.4, -0.3))) == verdicts.CONTRADICTED
 
 
 def test_a_claim_in_every_domain_needs_every_domain() -> None:
@@ -237,8 +237,10 @@ def test_a_window_tests_both_edges_and_combined_joins_outcomes() -> None:
     assert verdicts.in_window(tau, 5.50, 0.75) == verdicts.CONTRADICTED  # wholly below 4.75
     assert verdicts.between(verdicts.Interval(0.70, 0.698, 0.702), 0.69, 0.71) == verdicts.REPRODUCED
     assert verdicts.combined(verdicts.REPRODUCED, verdicts.INSIDE_NOISE) == verdicts.INSIDE_NOISE
+    assert verdicts.combined(verdicts.REPRODUCED, verdicts.NOT_TESTABLE) == verdicts.NOT_TESTABLE
+    assert verdicts.combined(verdicts.NOT_TESTABLE, verdicts.CONTRADICTED) == verdicts.CONTRADICTED
     with pytest.raises(ValueError, match="outcomes"):
-        verdicts.combined(verdicts.NOT_TESTABLE)
+        verdicts.combined("not reproduced")
     assert tau.plain() == "4.18 [3.82, 4.51]"
     assert verdicts.versus_paper(True) == "as in the paper"
     assert verdicts.versus_paper(False, "chat") == "unlike the paper, where it is chat"
@@ -266,3 +268,10 @@ def test_tau_interval_is_tau_with_its_bootstrap() -> None:
     assert found.low < found.estimate < found.high and len(found.seeds) == 3
     gap = verdicts.tau_difference(parts, np.ones_like(np.asarray(parts, dtype=float)), seed=1)  # tau minus 1
     assert (found.low, found.high) == (pytest.approx(gap.low + 1), pytest.approx(gap.high + 1))
+
+
+def test_two_seeds_describe_and_call_nothing() -> None:
+    two = verdicts.Interval(-0.9, -1.37, -0.57, seeds=(-0.85, -0.95))
+    assert verdicts.outcome(two) == verdicts.NOT_TESTABLE
+    assert verdicts.outcome_in_every({"math": two, "code": verdicts.Interval(0.3, 0.1, 0.5)}) == verdicts.NOT_TESTABLE
+    assert verdicts.outcome(verdicts.Interval(-0.9, -1.37, -0.57, seeds=(-0.85, -0.95, -0.9))) == verdicts.CONTRADICTED

@@ -241,10 +241,13 @@ def outcome(interval: Interval, paper_side: str = "above", bar: float = 0.0) -> 
     """A claim's outcome from its interval: the paper says the value lies `paper_side` of `bar`
     ("above": greater than it; "below": less than it). Reproduced when the interval and every seed's
     estimate lie on the paper's side; contradicted when they all lie on the other side; otherwise
-    inside the noise. Word a claim so that beating the paper is on the paper's side (an ECE "at most
+    inside the noise. An interval over exactly two training seeds calls nothing: it is not testable
+    with this build's seeds (two seeds describe a spread, they cannot bound it). Word a claim so that beating the paper is on the paper's side (an ECE "at most
     the paper's 8%": below 0.08)."""
     if paper_side not in SIDES:
         raise ValueError(f"paper_side must be one of {SIDES}, got {paper_side!r}")
+    if len(interval.seeds) == 2:  # two seeds describe; they do not call (BOOK_DESIGN.md, Verdicts)
+        return NOT_TESTABLE
     shifted = Interval(interval.estimate - bar, interval.low - bar, interval.high - bar,
                        tuple(value - bar for value in interval.seeds))
     if paper_side == "below":
@@ -258,11 +261,14 @@ def outcome(interval: Interval, paper_side: str = "above", bar: float = 0.0) -> 
 
 def combined(*found: str) -> str:
     """One outcome from several parts' (a claim "in every domain", or both edges of a window):
-    contradicted when any part is, reproduced when every part is, inside the noise otherwise."""
-    if not found or any(o not in OUTCOMES[:3] for o in found):
-        raise ValueError(f"combined() takes outcomes among {OUTCOMES[:3]}, got {found!r}")
+    contradicted when any part is, reproduced when every part is, not testable when any part is
+    (and none is contradicted), inside the noise otherwise."""
+    if not found or any(o not in OUTCOMES for o in found):
+        raise ValueError(f"combined() takes outcomes among {OUTCOMES}, got {found!r}")
     if CONTRADICTED in found:
         return CONTRADICTED
+    if NOT_TESTABLE in found:
+        return NOT_TESTABLE
     return REPRODUCED if all(o == REPRODUCED for o in found) else INSIDE_NOISE
 
 
