@@ -95,10 +95,14 @@ class _Cells(HTMLParser):
             self._cell.append(data)
 
 
-def markdown_text(markdown: str) -> str:
+MATH = "\u2063"  # where a formula stood in `markdown_text(..., math=MATH)`: a fragment never spans it
+
+
+def markdown_text(markdown: str, math: str = " ") -> str:
     """A Markdown output as a reader reads it: links' text, no emphasis marks, no math delimiters'
-    contents (MathJax typesets those; offline it may not), whitespace collapsed."""
-    text = re.sub(r"\$\$.*?\$\$|(?<!\\)\$[^$\n]+?\$", " ", markdown, flags=re.S)
+    contents (MathJax typesets those; offline it may not: each formula becomes `math`), whitespace
+    collapsed."""
+    text = re.sub(r"\$\$.*?\$\$|(?<!\\)\$[^$\n]+?\$", f" {math} " if math.strip() else " ", markdown, flags=re.S)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"`([^`]*)`", r"\1", text)
     text = re.sub(r"(\*\*|__|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w))", "", text)
@@ -117,7 +121,7 @@ def expected(notebook: Path) -> Expected:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             data = out.get("data", {})
             if "text/markdown" in data:
-                found.markdown.append(markdown_text("".join(data["text/markdown"])))
+                found.markdown.append(markdown_text("".join(data["text/markdown"]), math=MATH))
             html = "".join(data.get("text/html", ""))
             if VERDICT_CAPTION in html:
                 table = _Cells()
@@ -130,9 +134,11 @@ def expected(notebook: Path) -> Expected:
 
 def _fragments(text: str, size: int = 60) -> list[str]:
     """Pieces of a sentence to look for on the page (the start and the end: a long output wraps, and
-    a number in the middle may be typeset math)."""
-    words = text.split()
-    head, tail = " ".join(words[:8]), " ".join(words[-8:])
+    a number in the middle may be typeset math), each within the text between two formulas."""
+    pieces = [piece.split() for piece in text.split(MATH) if piece.strip(" .,;:")]
+    if not pieces:
+        return []
+    head, tail = " ".join(pieces[0][:8]), " ".join(pieces[-1][-8:])
     return [f for f in {head[:size], tail[-size:]} if f]
 
 

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from ci.browser_check import CHROMIUM
-from ci.notebook_view_check import check_notebooks, expected, markdown_text
+from ci.notebook_view_check import MATH, _fragments, check_notebooks, expected, markdown_text
 from dspark_lite.harness.book import results
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason="needs Debian's Chromium (make chromium)")
@@ -52,7 +52,7 @@ def test_markdown_text_reads_markup_as_a_reader_does() -> None:
 
 def test_expected_reads_the_sentences_and_the_verdict_rows(tmp_path: Path) -> None:
     exp = expected(chapter(tmp_path))
-    assert exp.markdown == [markdown_text(SAID)]
+    assert exp.markdown == [markdown_text(SAID, math=MATH)]
     assert exp.verdict_rows == [("DSpark beats DFlash in every domain", "reproduced"),
                                 ("the head costs almost nothing", "not testable here")]
 
@@ -106,3 +106,15 @@ def test_a_chart_pointed_at_the_built_sites_vega_does_not_draw(tmp_path: Path) -
         in problems, problems
     assert f"09_planted: a local file does not load: _static/vega/{vega}" in problems, problems
     assert any("loads Vega from ../_static/vega" in p for p in problems), problems
+
+
+def test_a_fragment_never_spans_a_formula() -> None:
+    """A sentence that ends (or begins) with a formula is looked for in the words around it, which the
+    page shows whether MathJax typesets the formula or not."""
+    text = markdown_text("the acceptance stayed within 0.0017 of $1 - \\mathrm{TV}$.", math=MATH)
+    assert _fragments(text) == ["the acceptance stayed within 0.0017 of"]
+    text = markdown_text("STS has the lowest mean ECE of $a_k$ for 2 of 2 seeds; the lowest per seed: STS and STS.", math=MATH)
+    found = _fragments(text)
+    assert len(found) == 2 and "STS has the lowest mean ECE of" in found
+    assert any(f != "STS has the lowest mean ECE of" and "for 2 of 2 seeds; the lowest per seed: STS and STS.".endswith(f)
+               for f in found)
