@@ -8,8 +8,9 @@ otherwise), every toc chapter exists, and every `chapters/*.ipynb` is in the toc
 same in JupyterLab, Colab and the rendered book: no MyST role in a markdown cell (`{glue:md}`,
 `{term}`, `{paper}`, ...: only myst-nb fills them) and no MyST directive (```` ```{admonition} ````:
 a code block there; `<details>` hides solutions everywhere), no `results.glue` call (what a run measured is
-said by its cell's Markdown output, `results.say`), and no code cell over `LONGEST_CODE_CELL` lines
-(a notebook viewer shows every code cell, whatever its tags).
+said by its cell's Markdown output, `results.say`), no code cell over `LONGEST_CODE_CELL` lines
+(a notebook viewer shows every code cell, whatever its tags), and no line of a code cell the book shows
+wider than `WIDEST_SHOWN_LINE` characters (its code column).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ MYST_ROLE = re.compile(r"\{[a-z][a-z-]*(?::[a-z-]+)?\}`[^`]*`")
 MYST_DIRECTIVE = re.compile(r"^ {0,3}(?:`{3,}|:{3,})\{[a-z][a-z-]*\}.*$", re.M)  # ```{admonition} ...: a code block elsewhere
 GLUE_CALL = re.compile(r"\bglue\(")
 LONGEST_CODE_CELL = 30
+WIDEST_SHOWN_LINE = 80  # the rendered book's code column, in characters
+HIDDEN_INPUT = {"hide-input", "remove-input", "remove-cell"}
 CLEAR_HINT = "clear them before committing (Jupyter: Edit > Clear Outputs of All Cells)"
 
 
@@ -76,6 +79,12 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
                 problems.append(f"{name}: cell {i}: a glue call; say what the run measured as the cell's Markdown "
                                 "output (dspark_lite.harness.book.results.say) instead")
             lines = len(source.splitlines())
+            tags = set(c.get("metadata", {}).get("tags", []))
+            wide = [n for n, line in enumerate(source.splitlines(), 1) if len(line) > WIDEST_SHOWN_LINE]
+            if wide and not tags & HIDDEN_INPUT:
+                problems.append(f"{name}: cell {i}: line {wide[0]} is wider than the page's code column "
+                                f"({WIDEST_SHOWN_LINE} characters; {len(wide)} such line(s)); the book shows this "
+                                "cell, so wrap it (a trailing comment moves above its line)")
             if lines > LONGEST_CODE_CELL:
                 problems.append(f"{name}: cell {i}: {lines} lines of code; a notebook viewer shows every code cell, "
                                 f"so keep each to {LONGEST_CODE_CELL} lines (split the cell where its steps part, or "

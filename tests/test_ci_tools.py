@@ -325,6 +325,7 @@ def test_display_math_must_be_its_own_paragraph(tmp_path: Path) -> None:
     ("markdown", "```{note}\nA note.\n```", "MyST directive"),
     ("code", "results.glue('gain', 0.16)", "a glue call"),
     ("code", "\n".join(f"x{i} = {i}" for i in range(31)), "31 lines of code"),
+    ("code", "x = '" + "a" * 80 + "'", "wider than the page's code column"),
 ])
 def test_what_only_the_rendered_book_can_read_is_refused(tmp_path: Path, cell_type: str, source: str,
                                                          expect: str) -> None:
@@ -341,6 +342,10 @@ def test_what_only_the_rendered_book_can_read_is_refused(tmp_path: Path, cell_ty
                            else "\n".join(f"x{i} = {i}" for i in range(30)))
     nbformat.write(nb, path)
     assert check_notebook(path) == []
+    if "column" in expect:  # a cell the book does not show may be wide
+        nb.cells[-1].source, nb.cells[-1].metadata["tags"] = source, ["hide-input"]
+        nbformat.write(nb, path)
+        assert check_notebook(path) == []
 
 
 def test_missing_parameters_cell_is_named(tmp_path: Path) -> None:
