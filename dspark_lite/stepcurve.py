@@ -108,14 +108,18 @@ class StepCurve:
         """The scheduler's table from a profiled one, as a straight line: the STEP TIME fitted
         by least squares as a + b * B over the profiled sizes, at every integer B in
         [min_batch, max_batch]. A step costs a fixed part plus a part per token; the line keeps
-        that model and drops the timing noise that `dense` follows point by point. A fitted
-        slope below zero (noise on a flat table) is set to 0, with a the mean time. meta gains
-        "interpolation", "fixed_seconds" (a), "seconds_per_token" (b) and "r2" (of the fit)."""
+        that model and drops the timing noise that `dense` follows point by point. Neither part
+        can be negative: a fitted slope below zero (noise on a flat table) is set to 0, with a
+        the mean time, and a fixed part below zero (noise on a table proportional to B) is set
+        to 0, with b fitted through the origin. meta gains "interpolation", "fixed_seconds" (a),
+        "seconds_per_token" (b) and "r2" (of the fit)."""
         sizes = np.asarray(self.sizes, dtype=np.float64)
         seconds = 1.0 / np.asarray(self.steps_per_second)
         slope, fixed = np.polyfit(sizes, seconds, 1) if sizes.size > 1 else (0.0, float(seconds[0]))
         if slope < 0:
             slope, fixed = 0.0, float(seconds.mean())
+        elif fixed < 0:
+            slope, fixed = float(sizes @ seconds / (sizes @ sizes)), 0.0
         residual, spread = np.sum((seconds - fixed - slope * sizes) ** 2), np.sum((seconds - seconds.mean()) ** 2)
         every = np.arange(self.min_batch, self.max_batch + 1)
         fitted = checks.positive_finite(fixed + slope * every, f"the step times of the line fitted to this table "

@@ -88,4 +88,10 @@ def test_affine_fits_the_step_time_as_a_line_at_every_size():
     assert 0 < noisy.meta["r2"] < 1
     falling = StepCurve.from_latencies([1, 2], [0.02, 0.01]).affine()  # noise on a flat table: slope 0
     np.testing.assert_allclose(1.0 / np.array(falling.steps_per_second), [0.015, 0.015])
+    # Noise on a table proportional to B: least squares gives 3 B - 0.58 ms, negative at B = 1
+    # (a smoke run of chapter 06b measured such a table); the line goes through the origin instead.
+    proportional = StepCurve.from_latencies([1, 3, 5], [0.0025, 0.0090, 0.0145]).affine()
+    assert proportional.meta["fixed_seconds"] == 0.0
+    assert proportional.meta["seconds_per_token"] == pytest.approx(0.102 / 35)  # sum(B t) / sum(B^2)
+    np.testing.assert_allclose(1.0 / np.array(proportional.steps_per_second), np.arange(1, 6) * 0.102 / 35)
     assert StepCurve.from_latencies([4], [0.5]).affine().sizes == (4,)
