@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_results import results  # noqa: E402
 from compare_verdicts import two_builds  # noqa: E402
+from dspark_lite.harness.book.verdicts import widened  # noqa: E402
 
 Triple = tuple[float, float, float]  # (estimate, low, high)
 
@@ -84,7 +85,10 @@ def intervals(folder: Path) -> dict[str, Triple]:
         tree = results(folder, name)
         for pattern, estimate in paths.items():
             for keys, value in matches(tree, pattern):
-                if isinstance(value, list) and len(value) == (3 if estimate is None else 2):
+                if estimate is None and isinstance(value, list) and len(value) == 4 and isinstance(value[3], list):
+                    low, high = widened(*map(float, value[:3]), value[3])  # the interval rule, from the seeds
+                    found["/".join([name, *keys])] = (float(value[0]), low, high)
+                elif isinstance(value, list) and len(value) == (3 if estimate is None else 2):
                     found["/".join([name, *keys])] = tuple(map(float, value if estimate is None
                                                                 else [estimate(tree, keys), *value]))
     return found

@@ -61,3 +61,18 @@ def test_the_honest_rates_are_the_normal_distributions() -> None:
 def test_a_missing_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         compare_intervals.main([str(tmp_path / "none"), str(tmp_path)])
+
+
+def test_an_interval_with_its_seeds_is_read_by_the_interval_rule(tmp_path) -> None:
+    """Issue 65: a result file keeps each seed's estimate beside a seeded interval, and the script applies
+    the rule from the file alone: the wider of the stored interval and the seeds' t interval."""
+    import json
+
+    from ci import compare_intervals
+
+    (tmp_path / "table1_toy.json").write_text(json.dumps({"results": {
+        "macro_gain_over_dflash": 10.0,
+        "e2e_markov_over_dflash_percent": [10.0, 9.0, 11.0, [0.0, 10.0, 20.0]]}}))
+    found = compare_intervals.intervals(tmp_path)["table1_toy/e2e_markov_over_dflash_percent"]
+    half = 4.303 * 10.0 / 3 ** 0.5
+    assert found[0] == 10.0 and abs(found[1] - (10.0 - half)) < 1e-2 and abs(found[2] - (10.0 + half)) < 1e-2

@@ -206,10 +206,28 @@ def test_outcome_reads_the_interval_against_the_papers_side() -> None:
         verdicts.outcome(above, "over")
 
 
-def test_a_seed_on_the_other_side_keeps_a_claim_inside_the_noise() -> None:
-    one_seed_against = verdicts.Interval(0.3, 0.1, 0.5, seeds=(0.4, 0.5, -0.01))
-    assert verdicts.outcome(one_seed_against) == verdicts.INSIDE_NOISE
+def test_the_interval_alone_decides_not_one_seed() -> None:
+    """Issue 65: the interval over seeds already holds their spread (the t rule), so one seed just
+    across the line no longer makes a tie by itself."""
+    one_seed_across = verdicts.Interval(0.3, 0.1, 0.5, seeds=(0.4, 0.5, -0.01))
+    assert verdicts.outcome(one_seed_across) == verdicts.REPRODUCED
     assert verdicts.outcome(verdicts.Interval(-0.3, -0.5, -0.1, seeds=(-0.2, -0.4, -0.3))) == verdicts.CONTRADICTED
+
+
+def test_the_interval_rule_takes_the_wider_of_the_bootstrap_and_the_seeds_t_interval() -> None:
+    spread = (0.0, 0.3, 0.6)  # three seeds far apart: t half-width 4.303 * 0.3 / sqrt(3)
+    half = 4.303 * 0.3 / np.sqrt(3)
+    assert verdicts.seed_t_half_width(spread) == pytest.approx(half, rel=1e-4)
+    assert verdicts.widened(0.3, 0.2, 0.4, spread) == (pytest.approx(0.3 - half), pytest.approx(0.3 + half))
+    assert verdicts.widened(0.3, -2.0, 2.0, spread) == (-2.0, 2.0)  # the bootstrap is wider: kept
+    assert verdicts.widened(0.3, 0.2, 0.4, ()) == (0.2, 0.4)  # no seeds: the bootstrap
+    rng = np.random.default_rng(0)
+    parts_a = [generations(tau, 60, rng) for tau in (3.0, 3.6, 4.2)]  # the seeds disagree a lot
+    parts_b = [generations(3.3, 60, rng) for _ in range(3)]
+    gap = verdicts.tau_difference(parts_a, parts_b, seed=0)
+    assert gap.high - gap.low >= 2 * verdicts.seed_t_half_width(gap.seeds) - 1e-12
+    assert gap.as_list()[3] == list(gap.seeds) and len(gap.as_list()) == 4
+    assert verdicts.Interval(1.0, 0.5, 1.5).as_list() == [1.0, 0.5, 1.5]
 
 
 def test_a_claim_in_every_domain_needs_every_domain() -> None:

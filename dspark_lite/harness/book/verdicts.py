@@ -12,8 +12,18 @@ wording `compared` gives.
 Drafters trained from several seeds: pass one entry per seed ([seeds, generations, 2] instead
 of [generations, 2]; seed i of both sides measured on the same prompts). The estimate is then
 the seed mean, and each resample draws seeds with replacement, then generations within each
-drawn seed, so the interval holds the training noise as well as the prompts'. The interval keeps
-each seed's own estimate, and a verdict that one seed contradicts is a tie (`Interval.above_zero`).
+drawn seed. The interval rule (issue 65): **the wider of that bootstrap and a t interval over the
+seeds' own estimates** (n - 1 degrees of freedom, centred on the estimate). A bootstrap over three
+seeds sees about two-thirds of their variance and treats three values as a population; the t
+interval holds the spread a fourth seed would show. The interval keeps each seed's own estimate
+(`Interval.seeds`, written beside it in the result files by `Interval.as_list`).
+
+"In every domain", and one contradicting seed: the book keeps the interval rule alone. A claim is
+reproduced when its interval lies on the paper's side, whatever one seed says: the t interval
+already widens with the seeds' spread, so a seed far on the other side pulls the interval across
+by itself, while a seed just across the line in a tight spread no longer makes a tie on its own
+(under the old every-seed rule, more seeds made a call less likely however they agreed). Two seeds
+call nothing (`outcome`: not testable), and one seed's interval is the prompts' alone.
 """
 from __future__ import annotations
 
@@ -38,20 +48,23 @@ class Interval:
 
     @property
     def above_zero(self) -> bool:
-        """The interval and every seed's estimate above zero."""
-        return self.low > 0.0 and all(value > 0.0 for value in self.seeds)
+        """The interval above zero (over seeds it is already the wider of the bootstrap and the t
+        interval, so the seeds' spread is in it)."""
+        return self.low > 0.0
 
     @property
     def below_zero(self) -> bool:
-        """The interval and every seed's estimate below zero."""
-        return self.high < 0.0 and all(value < 0.0 for value in self.seeds)
+        """The interval below zero."""
+        return self.high < 0.0
 
     def __str__(self) -> str:
         return self.text()
 
-    def as_list(self) -> list[float]:
-        """[estimate, low, high]: the interval as a result file stores it."""
-        return [self.estimate, self.low, self.high]
+    def as_list(self) -> list:
+        """[estimate, low, high], and each seed's own estimate as a fourth item when the interval is
+        over several seeds: the interval as a result file stores it (ci/compare_intervals.py reads
+        both forms and applies the interval rule from the seeds it finds)."""
+        return [self.estimate, self.low, self.high] + ([list(self.seeds)] if self.seeds else [])
 
     def text(self, digits: int = 2) -> str:
         """'+0.12 [+0.05, +0.19]': the estimate and its interval, signed, with `digits` decimals."""
@@ -101,10 +114,31 @@ def _resampled(parts: np.ndarray, draws: tuple[np.ndarray, np.ndarray]) -> np.nd
     return (picked[..., 0].sum(axis=-1) / picked[..., 1].sum(axis=-1)).mean(axis=-1)
 
 
+def seed_t_half_width(seeds: Sequence[float]) -> float:
+    """Half the width of the 95% t interval of the mean of the seeds' own estimates (n - 1 degrees
+    of freedom); 0 for fewer than two seeds."""
+    values = np.asarray(seeds, dtype=float)
+    if len(values) < 2:
+        return 0.0
+    quantile = T_975[len(values) - 2] if len(values) - 2 < len(T_975) else 1.96
+    return float(quantile * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def widened(estimate: float, low: float, high: float, seeds: Sequence[float]) -> tuple[float, float]:
+    """The interval rule: (low, high) of the bootstrap, or estimate -+ the seeds' t half-width when
+    that interval is wider."""
+    half = seed_t_half_width(seeds)
+    if 2 * half > high - low:
+        return estimate - half, estimate + half
+    return low, high
+
+
 def _interval(estimate: float, samples: np.ndarray, seeds: Sequence[float] = ()) -> Interval:
     tail = 100 * (1 - LEVEL) / 2
     low, high = np.percentile(samples, [tail, 100 - tail])
-    return Interval(float(estimate), float(low), float(high), tuple(float(v) for v in seeds) if len(seeds) > 1 else ())
+    seeds = tuple(float(v) for v in seeds) if len(seeds) > 1 else ()
+    low, high = widened(float(estimate), float(low), float(high), seeds)
+    return Interval(float(estimate), float(low), float(high), seeds)
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> None:
@@ -197,7 +231,7 @@ def t_interval(values: Sequence[float], seeds: bool = True) -> Interval:
     """The mean of independent values (each training seed's own estimate, or each replay's) with
     its 95% t interval (n - 1 degrees of freedom); non-finite values are left out. One value gives
     the whole line: one seed calls nothing. With `seeds`, the interval keeps the values as its seeds'
-    estimates (`outcome` then asks every seed to agree)."""
+    estimates (written beside the interval in the result files)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if len(v) == 0:
@@ -239,9 +273,8 @@ SIDES = ("above", "below")
 
 def outcome(interval: Interval, paper_side: str = "above", bar: float = 0.0) -> str:
     """A claim's outcome from its interval: the paper says the value lies `paper_side` of `bar`
-    ("above": greater than it; "below": less than it). Reproduced when the interval and every seed's
-    estimate lie on the paper's side; contradicted when they all lie on the other side; otherwise
-    inside the noise. An interval over exactly two training seeds calls nothing: it is not testable
+    ("above": greater than it; "below": less than it). Reproduced when the interval lies on the
+    paper's side; contradicted when it lies on the other side; otherwise inside the noise. An interval over exactly two training seeds calls nothing: it is not testable
     with this build's seeds (two seeds describe a spread, they cannot bound it). Word a claim so that beating the paper is on the paper's side (an ECE "at most
     the paper's 8%": below 0.08)."""
     if paper_side not in SIDES:
