@@ -186,7 +186,9 @@ def test_the_shared_words_of_chapters_03_and_04_and_an_interval_as_stored() -> N
     assert verdicts.falls_by(0.004) == "stays flat"  # rounds to zero at two decimals
     assert verdicts.falls_by(0.004, digits=3) == "falls by 0.004"
     assert verdicts.falls_by(7.26, digits=1, unit=" points") == "falls by 7.3 points"
-    assert verdicts.Interval(0.5, 0.25, 0.75, (0.4, 0.6)).as_list() == [0.5, 0.25, 0.75]
+    # stored with each seed's own estimate beside it (issue 65), and without when there are none
+    assert verdicts.Interval(0.5, 0.25, 0.75, (0.4, 0.6)).as_list() == [0.5, 0.25, 0.75, [0.4, 0.6]]
+    assert verdicts.Interval(0.5, 0.25, 0.75).as_list() == [0.5, 0.25, 0.75]
 
 
 # The three outcomes (issue 64): reproduced on the paper's side, contradicted on the other, else inside the noise.
