@@ -400,8 +400,9 @@ def test_rollouts_in_worker_processes_give_the_numbers_of_one_process(tmp_path: 
 def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two kinds trained in two forked single-thread processes end with the weights and curves they
-    get side by side in one single-thread loop (each trains exactly as it would alone), both are
-    cached, and the parent's one bar counted every step of both."""
+    get side by side in one loop here, whatever this process's thread count (the loop trains on one
+    thread: `workers.one_thread`; two threads round a product's sums otherwise and the weights
+    differ); both are cached, and the parent's one bar counted every step of both."""
     from dspark_lite import progress as bars
     from dspark_lite.harness.toy import evaluation, zoo
 
@@ -414,9 +415,10 @@ def test_drafters_trained_in_worker_processes_match_the_side_by_side_loop(tmp_pa
         monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / f"workers{workers}"))
         monkeypatch.setattr(zoo, "worker_processes", lambda device, w=workers: w)
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # as the workers do: a thread count changes float rounding, not the run
+        torch.set_num_threads(2)  # what this machine's chapters run with
         try:
             runs[workers] = zoo.load_or_train_drafters(world, ["dflash", "dspark-markov"], recipe)
+            assert torch.get_num_threads() == 2  # restored after the training
         finally:
             torch.set_num_threads(threads)
         assert all(cache.contains(*zoo._drafter_entry(world, kind, recipe, 0), builder=zoo.__name__) for kind in runs[workers])

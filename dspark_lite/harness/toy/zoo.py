@@ -33,7 +33,7 @@ from ...runtime import device_generator, model_device
 from .profiles import ConfidenceStudy, DrafterRecipe, HeadStudy, Profile
 from ...training import DrafterTrainConfig, DrafterTrainHistory
 from ...training_data import TrainingSequences
-from .workers import fork_map, worker_processes
+from .workers import fork_map, one_thread, worker_processes
 from .world import ToyWorld
 
 WEIGHTS, HISTORY = "drafter.safetensors", "history.json"
@@ -196,8 +196,9 @@ def load_or_train_seeds(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     not in the cache train at the same time, those with as many steps together: on a CPU with
     several cores each in its own single-thread process (`_train_in_processes`), elsewhere side
     by side in one loop per seed that shares one view of the target among them
-    (`training.train_drafters`). Either way each trains exactly as it would alone, and each is
-    cached under its own key, so `load_or_train_drafter` finds it later."""
+    (`training.train_drafters`), on one thread on a CPU (`workers.one_thread`). Either way each
+    trains exactly as it would alone, to the bit, and each is cached under its own key, so
+    `load_or_train_drafter` finds it later."""
     recipe = recipe or world.profile.drafter
     jobs = [(_check_kind(kind), seed) for kind in kinds for seed in seeds]
     entries = {(kind, seed): _drafter_entry(world, kind, recipe, seed) for kind, seed in jobs}
@@ -224,8 +225,9 @@ def _train_side_by_side(world: ToyWorld, kinds: Sequence[str], recipe: DrafterRe
     group = {kind: BUILDERS[kind](world, recipe, seed) for kind in kinds}
     members = sorted(cache.artifact_folder(*entries[(k, seed)], builder=__name__).name for k in group)
     work = cache.work_folder("drafters", {"members": members}, builder=__name__)
-    with cache.exclusive(work):
-        histories = training.train_drafters(group, world.target, training_replies(world, recipe),
+    replies = training_replies(world, recipe)  # built (when missing) on every thread, as elsewhere
+    with cache.exclusive(work), one_thread(model_device(world.target)):
+        histories = training.train_drafters(group, world.target, replies,
                                             cfg, seed,
                                             desc=f"train {' + '.join(group)}", checkpoint=Checkpointer(work))
     for kind, drafter in group.items():  # cache each at once: an interruption now loses none of them
@@ -332,8 +334,10 @@ def _train(world: ToyWorld, kind: str, drafter: nn.Module, recipe: DrafterRecipe
     """Train `drafter` alone for `steps` (None: the kind's own), checkpointing into the
     artifact's work `folder`."""
     cfg = train_config(recipe, kind, **({} if steps is None else {"steps": steps}))
-    return training.train_drafter(drafter, world.target, training_replies(world, recipe), cfg, seed=seed,
-                                  desc=f"train {kind}", checkpoint=Checkpointer(folder))
+    replies = training_replies(world, recipe)
+    with one_thread(model_device(world.target)):  # the weights must not depend on the cores
+        return training.train_drafter(drafter, world.target, replies, cfg, seed=seed,
+                                      desc=f"train {kind}", checkpoint=Checkpointer(folder))
 
 
 def _save(drafter: nn.Module, history: DrafterTrainHistory, folder: Path) -> None:
@@ -364,8 +368,6 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
     (proposed, accepted, confidences). Deterministic, so cached: every notebook that asks shares it."""
     _check_kind(kind)
     recipe = recipe or world.profile.drafter
-    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "prompts": n_prompts,
-              "samples": samples, "base": base_kind, "seed": seed}
 
     def build(folder: Path) -> None:
         if base_kind is None:
@@ -385,16 +387,51 @@ def measured_acceptance(world: ToyWorld, kind: str, n_prompts: int, samples: int
         return {domain: evaluation.DomainAcceptance(**fields, record=rounds[rounds.domain == domain])
                 for domain, fields in summary.items()}
 
-    return cache.load_or_build(f"acceptance-{kind}", config, build, load)
+    return cache.load_or_build(*_acceptance_entry(world, kind, n_prompts, samples, recipe, base_kind, seed),
+                               build, load)
+
+
+def _acceptance_entry(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe,
+                      base_kind: str | None, seed: int) -> tuple[str, dict]:
+    """The cache's (kind, config) of `measured_acceptance`."""
+    config = {**_world_config(world), "kind": kind, "recipe": asdict(recipe), "prompts": n_prompts,
+              "samples": samples, "base": base_kind, "seed": seed}
+    return f"acceptance-{kind}", config
 
 
 def measured_seeds(world: ToyWorld, kind: str, n_prompts: int, samples: int, recipe: DrafterRecipe | None = None,
                    seeds: Sequence[int] = (0,)) -> dict[str, evaluation.DomainAcceptance]:
     """`measured_acceptance` of the `kind` drafter trained from each of `seeds` (each cached),
     as one report per domain: the seeds' mean tau and their per-generation parts
-    (`evaluation.seed_mean`), what the verdicts' intervals resample seed by seed."""
+    (`evaluation.seed_mean`), what the verdicts' intervals resample seed by seed. The seeds the
+    cache lacks train first, at the same time (`load_or_train_seeds`)."""
+    recipe = recipe or world.profile.drafter
+    if any(not cache.contains(*_acceptance_entry(world, kind, n_prompts, samples, recipe, None, seed),
+                              builder=__name__) for seed in seeds):
+        load_or_train_seeds(world, [kind], recipe, seeds)
     return evaluation.seed_mean([measured_acceptance(world, kind, n_prompts, samples, recipe, seed=seed)
                                  for seed in seeds])
+
+
+def measured_kinds(world: ToyWorld, recipes: dict[str, DrafterRecipe], n_prompts: int, samples: int,
+                   seeds: Sequence[int] = (0,), desc: str = "acceptance") -> dict[str, dict[str, evaluation.DomainAcceptance]]:
+    """`measured_seeds` of each kind of `recipes` with its recipe, {kind: report}, under one bar.
+    What the cache lacks trains first, every kind and seed of one recipe at once
+    (`load_or_train_seeds`: on a CPU, as many single-thread processes as cores, none idle
+    while another kind waits its turn)."""
+    with progress(total=len(recipes), desc=desc) as bar:
+        by_recipe: dict[DrafterRecipe, list[str]] = {}
+        for kind, recipe in recipes.items():
+            if any(not cache.contains(*_acceptance_entry(world, kind, n_prompts, samples, recipe, None, seed),
+                                      builder=__name__) for seed in seeds):
+                by_recipe.setdefault(recipe, []).append(kind)
+        for recipe, kinds in by_recipe.items():
+            load_or_train_seeds(world, kinds, recipe, seeds)
+        measured = {}
+        for kind, recipe in recipes.items():
+            measured[kind] = measured_seeds(world, kind, n_prompts, samples, recipe, seeds)
+            bar.update()
+    return measured
 
 
 def rollout_records(world: ToyWorld, kind: str = "dspark-confidence", recipe: DrafterRecipe | None = None,
