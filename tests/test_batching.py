@@ -11,7 +11,8 @@ from transformers import DynamicCache
 from dspark_lite.harness.serving.batching import (PACKED_ATTENTION, PackedBatch, batched_verify,
                                                   batched_verify_logits, pack_layout, packed_model,
                                                   packed_verify_logits, profile_varlen_step_curves,
-                                                  real_step_throughput, time_batched_step, time_packed_step)
+                                                  real_step_throughput, saved_or_profiled_step_curves,
+                                                  time_batched_step, time_packed_step)
 from dspark_lite.stepcurve import StepCurve
 from dspark_lite.record import Rounds, logit
 from dspark_lite.baselines import autoregressive_generate
@@ -191,3 +192,21 @@ def test_varlen_profile_gives_one_table_per_concurrency(target):
         profile_varlen_step_curves(target, [], gamma=3, points=3, context_len=8, repeats=1)
     with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
         profile_varlen_step_curves(target, [2], gamma=3, points=3, context_len=8, repeats=0)
+
+
+def test_a_saved_table_serves_the_next_notebook_only_with_the_same_settings(target, tmp_path):
+    """The first call profiles and saves; the same settings read that table back (a chapter's and its
+    studies' one table); any other setting, or a damaged file, profiles afresh and saves over it."""
+    path = tmp_path / "tables" / "step_curves_cpu.json"
+    settings = dict(concurrencies=[1, 4], gamma=3, points=3, context_len=8, repeats=1, seed=0)
+    first, read = saved_or_profiled_step_curves(target, path=path, **settings)
+    assert not read and path.is_file()
+    again, read = saved_or_profiled_step_curves(target, path=path, **settings)
+    assert read and again == first  # the very table, timings and all
+    for change in ({"gamma": 2}, {"points": 4}, {"context_len": 9}, {"repeats": 2}, {"seed": 1},
+                   {"concurrencies": [1, 2]}):
+        other, read = saved_or_profiled_step_curves(target, path=path, **{**settings, **change})
+        assert not read, change
+        assert saved_or_profiled_step_curves(target, path=path, **{**settings, **change})[1], change
+    path.write_text("{not json")
+    assert not saved_or_profiled_step_curves(target, path=path, **settings)[1]

@@ -29,8 +29,10 @@ and costs sum(1 + l_r) query tokens. `time_packed_step` measures that cost, and
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -44,7 +46,8 @@ from ...checks import lengths_in_range, positive_int
 from ...progress import progress
 from ...runtime import model_device
 from ...training_data import pad
-from .costs import concurrency_batch_sizes, device_meta, median_step_seconds, spread_tokens
+from .costs import (concurrency_batch_sizes, device_meta, load_step_curves, median_step_seconds, save_step_curves,
+                    spread_tokens)
 from ...kvcache import cache_kwarg, new_cache, remove_tokens
 from ...scheduler import Scheduler
 from ...stepcurve import StepCurve
@@ -325,6 +328,33 @@ def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[
                 "requests": R, "repeats": repeats, "seed": seed, "seconds_per_step": step_seconds}
         curves[R] = StepCurve.from_latencies(sizes, step_seconds, meta)
     return curves
+
+
+SAME_MACHINE = ("device", "cpu", "gpu", "torch", "transformers", "threads", "dtype", "parameters", "attention")
+
+
+def saved_or_profiled_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
+                                  context_len: int, repeats: int, path: str | Path, seed: int = 0
+                                  ) -> tuple[dict[int, StepCurve], bool]:
+    """The cost tables of `profile_varlen_step_curves`, read from `path` when a notebook before
+    this one profiled them there with the same settings on the same machine and model (R, sizes,
+    context, repeats, seed, and `device_meta`), else profiled now and saved there. One table then
+    serves a chapter and its studies, and a study run alone still measures its own. Returns
+    (tables, whether they were read)."""
+    path = Path(path)
+    with contextlib.suppress(OSError, ValueError):
+        saved = load_step_curves(path)
+        machine = {key: value for key, value in device_meta(target).items() if key in SAME_MACHINE}
+        wanted = {R: concurrency_batch_sizes(R, gamma, points) for R in set(concurrencies)}
+        if set(saved) == set(wanted) and all(
+                list(curve.sizes) == wanted[R] and curve.meta.get("context_len") == context_len
+                and curve.meta.get("repeats") == repeats and curve.meta.get("seed") == seed
+                and all(curve.meta.get(key) == value for key, value in machine.items())
+                for R, curve in saved.items()):
+            return saved, True
+    curves = profile_varlen_step_curves(target, concurrencies, gamma, points, context_len, repeats, seed)
+    save_step_curves(curves, path)
+    return curves, False
 
 
 # ========================================================================== 3. real batched steps
