@@ -274,9 +274,10 @@ SIDES = ("above", "below")
 def outcome(interval: Interval, paper_side: str = "above", bar: float = 0.0) -> str:
     """A claim's outcome from its interval: the paper says the value lies `paper_side` of `bar`
     ("above": greater than it; "below": less than it). Reproduced when the interval lies on the
-    paper's side; contradicted when it lies on the other side; otherwise inside the noise. An interval over exactly two training seeds calls nothing: it is not testable
-    with this build's seeds (two seeds describe a spread, they cannot bound it). Word a claim so that beating the paper is on the paper's side (an ECE "at most
-    the paper's 8%": below 0.08)."""
+    paper's side; contradicted when it lies on the other side; otherwise inside the noise. An
+    interval over exactly two training seeds calls nothing: it is not testable with this build's
+    seeds (two seeds describe a spread, they cannot bound it). Word a claim so that beating the
+    paper is on the paper's side (an ECE "at most the paper's 8%": below 0.08)."""
     if paper_side not in SIDES:
         raise ValueError(f"paper_side must be one of {SIDES}, got {paper_side!r}")
     if len(interval.seeds) == 2:  # two seeds describe; they do not call (BOOK_DESIGN.md, Verdicts)
