@@ -78,9 +78,10 @@ def check_notebook(path: Path, name: str | None = None) -> list[str]:
             if GLUE_CALL.search(source):
                 problems.append(f"{name}: cell {i}: a glue call; say what the run measured as the cell's Markdown "
                                 "output (dspark_lite.harness.book.results.say) instead")
-            lines = len(source.splitlines())
+            source_lines = source.splitlines()
+            lines = len(source_lines)
             tags = set(c.get("metadata", {}).get("tags", []))
-            wide = [n for n, line in enumerate(source.splitlines(), 1) if len(line) > WIDEST_SHOWN_LINE]
+            wide = [n for n, line in enumerate(source_lines, 1) if len(line) > WIDEST_SHOWN_LINE]
             if wide and not tags & HIDDEN_INPUT:
                 problems.append(f"{name}: cell {i}: line {wide[0]} is wider than the page's code column "
                                 f"({WIDEST_SHOWN_LINE} characters; {len(wide)} such line(s)); the book shows this "

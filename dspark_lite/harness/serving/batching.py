@@ -330,9 +330,6 @@ def profile_varlen_step_curves(target: PreTrainedModel, concurrencies: Sequence[
     return curves
 
 
-SAME_MACHINE = ("device", "cpu", "gpu", "torch", "transformers", "threads", "dtype", "parameters", "attention")
-
-
 def saved_or_profiled_step_curves(target: PreTrainedModel, concurrencies: Sequence[int], gamma: int, points: int,
                                   context_len: int, repeats: int, path: str | Path, seed: int = 0
                                   ) -> tuple[dict[int, StepCurve], bool]:
@@ -344,7 +341,7 @@ def saved_or_profiled_step_curves(target: PreTrainedModel, concurrencies: Sequen
     path = Path(path)
     with contextlib.suppress(OSError, ValueError):
         saved = load_step_curves(path)
-        machine = {key: value for key, value in device_meta(target).items() if key in SAME_MACHINE}
+        machine = device_meta(target)
         wanted = {R: concurrency_batch_sizes(R, gamma, points) for R in set(concurrencies)}
         if set(saved) == set(wanted) and all(
                 list(curve.sizes) == wanted[R] and curve.meta.get("context_len") == context_len
