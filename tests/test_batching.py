@@ -13,6 +13,8 @@ from dspark_lite.harness.serving.batching import (PACKED_ATTENTION, PackedBatch,
                                                   packed_verify_logits, profile_varlen_step_curves,
                                                   real_step_throughput, saved_or_profiled_step_curves,
                                                   time_batched_step, time_packed_step)
+from dspark_lite.harness.serving.costs import step_curves_file
+from dspark_lite.runtime import model_device
 from dspark_lite.stepcurve import StepCurve
 from dspark_lite.record import Rounds, logit
 from dspark_lite.baselines import autoregressive_generate
@@ -194,10 +196,13 @@ def test_varlen_profile_gives_one_table_per_concurrency(target):
         profile_varlen_step_curves(target, [2], gamma=3, points=3, context_len=8, repeats=0)
 
 
-def test_a_saved_table_serves_the_next_notebook_only_with_the_same_settings(target, tmp_path):
+def test_a_saved_table_serves_the_next_notebook_only_with_the_same_settings(target, tmp_path, monkeypatch):
     """The first call profiles and saves; the same settings read that table back (a chapter's and its
-    studies' one table); any other setting, or a damaged file, profiles afresh and saves over it."""
-    path = tmp_path / "tables" / "step_curves_cpu.json"
+    studies' one table, in the run's results folder); any other setting, or a damaged file, profiles
+    afresh and saves over it."""
+    monkeypatch.setenv("DSPARK_RESULTS", str(tmp_path))  # the run's results folder
+    path = step_curves_file(model_device(target))
+    assert path == tmp_path / "tables" / "step_curves_cpu.json"
     settings = dict(concurrencies=[1, 4], gamma=3, points=3, context_len=8, repeats=1, seed=0)
     first, read = saved_or_profiled_step_curves(target, path=path, **settings)
     assert not read and path.is_file()

@@ -336,8 +336,8 @@ def saved_or_profiled_step_curves(target: PreTrainedModel, concurrencies: Sequen
     """The cost tables of `profile_varlen_step_curves`, read from `path` when a notebook before
     this one profiled them there with the same settings on the same machine and model (R, sizes,
     context, repeats, seed, and `device_meta`), else profiled now and saved there. One table then
-    serves a chapter and its studies, and a study run alone still measures its own. Returns
-    (tables, whether they were read)."""
+    serves a chapter and its studies (at `costs.step_curves_file`), and a study run alone still
+    measures its own. Returns (tables, whether they were read)."""
     path = Path(path)
     with contextlib.suppress(OSError, ValueError):
         saved = load_step_curves(path)

@@ -31,7 +31,7 @@ from ...runtime import device_generator, model_device
 from ...kvcache import cache_kwarg, new_cache, remove_tokens
 from ...stepcurve import StepCurve
 from ...speculative import Drafter, target_hidden
-from ..result_files import cpu_name, write_json
+from ..result_files import cpu_name, results_dir, write_json
 from .timing import check_positions, interleaved_medians, seconds
 
 
@@ -285,6 +285,12 @@ def save_step_curves(curves: Mapping[int, StepCurve], path: str | Path) -> Path:
     if not curves or not all(isinstance(c, StepCurve) for c in curves.values()):
         raise ValueError("curves must be a non-empty mapping R -> StepCurve")
     return write_json({str(R): c.to_dict() for R, c in sorted(curves.items())}, path)
+
+
+def step_curves_file(device: torch.device | str) -> Path:
+    """The run's cost tables for `device`'s kind, next to its results: chapter 06b saves there
+    the tables it profiles, and its studies read them (`batching.saved_or_profiled_step_curves`)."""
+    return results_dir() / "tables" / f"step_curves_{torch.device(device).type}.json"
 
 
 def load_step_curves(path: str | Path) -> dict[int, StepCurve]:
