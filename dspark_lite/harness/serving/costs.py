@@ -288,8 +288,9 @@ def save_step_curves(curves: Mapping[int, StepCurve], path: str | Path) -> Path:
 
 
 def step_curves_file(device: torch.device | str) -> Path:
-    """The run's cost tables for `device`'s kind, next to its results: chapter 06b saves there
-    the tables it profiles, and its studies read them (`batching.saved_or_profiled_step_curves`)."""
+    """The run's cost tables for `device`'s kind, next to its results: the notebook that profiles
+    them saves them there, and the notebooks after it read them
+    (`batching.saved_or_profiled_step_curves`)."""
     return results_dir() / "tables" / f"step_curves_{torch.device(device).type}.json"
 
 
